@@ -1,0 +1,68 @@
+package payrouter
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorCode classifies an error for the API; httpapi maps each code to a status and problem type
+// in one table.
+type ErrorCode string
+
+// The error codes payrouter uses.
+const (
+	EInvalid             ErrorCode = "invalid-request"
+	EUnauthorized        ErrorCode = "unauthorized"
+	ENotFound            ErrorCode = "not-found"
+	EConflict            ErrorCode = "idempotency-conflict"
+	EMismatch            ErrorCode = "idempotency-mismatch"
+	EDeclined            ErrorCode = "card-declined"
+	EGatewayError        ErrorCode = "gateway-error"
+	EGatewaysUnavailable ErrorCode = "gateways-unavailable"
+	EInternal            ErrorCode = "internal"
+)
+
+// Error is an error with a code and a message safe to show to the API's caller.
+type Error struct {
+	Code    ErrorCode
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code ErrorCode, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Code returns the code of the first *Error in err's chain, EInternal for any other non-nil error,
+// and "" for nil.
+func Code(err error) ErrorCode {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// Message returns the caller-safe message of the first *Error in err's chain, or a generic one.
+func Message(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}
+
+// Sentinel errors of the stores, checked with errors.Is.
+var (
+	// ErrNotFound: no record with that id or key.
+	ErrNotFound = errors.New("not found")
+	// ErrInFlight: the idempotency key's first request has not completed yet.
+	ErrInFlight = errors.New("idempotency key in flight")
+	// ErrMismatch: the idempotency key was used with another request body.
+	ErrMismatch = errors.New("idempotency key used with another request")
+)

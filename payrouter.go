@@ -1,0 +1,219 @@
+// Package payrouter holds the domain of a payment router: charges, the attempts made for them at
+// gateways, the outcome of each attempt, the Gateway interface every adapter implements, and the
+// interfaces of the state stores. It imports nothing of the project; every other package imports
+// it (DESIGN.md, Layout).
+package payrouter
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Operation names a kind of call to a gateway. Each operation of each gateway is its own failure
+// domain ("paywell/refund" is not "paywell/charge"), with its own breaker.
+type Operation string
+
+// The operations of a gateway.
+const (
+	OpCharge  Operation = "charge"
+	OpCapture Operation = "capture"
+	OpVoid    Operation = "void"
+	OpRefund  Operation = "refund"
+	OpStatus  Operation = "status"
+)
+
+// Operations lists every operation, in the order the admin API shows them.
+var Operations = []Operation{OpCharge, OpCapture, OpVoid, OpRefund, OpStatus}
+
+// Outcome is what one attempt at one gateway came to. Every adapter maps its wire answers to an
+// Outcome in one function; the breaker, the failover rules and the API all read it.
+type Outcome string
+
+// The outcomes of an attempt (CONTRACT.md, attempt outcome).
+const (
+	// OutcomeSucceeded: the gateway approved (or, for a status look-up, answered).
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeDeclined: the gateway declined the card. The provider working correctly.
+	OutcomeDeclined Outcome = "declined"
+	// OutcomePending: the gateway took the request and will decide later.
+	OutcomePending Outcome = "pending"
+	// OutcomeUnavailable: the gateway said it did not process the request (connection refused,
+	// 503, its own "retry later" codes). Safe to send elsewhere.
+	OutcomeUnavailable Outcome = "unavailable"
+	// OutcomeTimeout: the request was sent and no answer came within the deadline. It may have
+	// been processed.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeUnknown: the request may have been processed (reset after sending, an ambiguous
+	// code, an answer that cannot be read).
+	OutcomeUnknown Outcome = "unknown"
+	// OutcomeError: the gateway refused our request as malformed. Our bug, not its health.
+	OutcomeError Outcome = "error"
+	// OutcomeBreakerOpen: not called, its breaker is open. Decided locally.
+	OutcomeBreakerOpen Outcome = "breaker_open"
+	// OutcomeBulkheadFull: not called, no bulkhead slot was free in time. Decided locally.
+	OutcomeBulkheadFull Outcome = "bulkhead_full"
+)
+
+// IsFailure reports whether the outcome speaks of the gateway's health and so counts against its
+// breaker: unavailable, timeout, unknown.
+func (o Outcome) IsFailure() bool {
+	return o == OutcomeUnavailable || o == OutcomeTimeout || o == OutcomeUnknown
+}
+
+// IsExcluded reports whether the outcome is left out of the breaker's counts altogether: a
+// malformed request is our bug, and breaker_open / bulkhead_full never reached the gateway.
+func (o Outcome) IsExcluded() bool {
+	return o == OutcomeError || o == OutcomeBreakerOpen || o == OutcomeBulkheadFull
+}
+
+// MayHaveProcessed reports whether the gateway may have acted on the request although we do not
+// know its answer. Nothing may be sent to another gateway for the same charge until a status
+// look-up says otherwise.
+func (o Outcome) MayHaveProcessed() bool {
+	return o == OutcomeTimeout || o == OutcomeUnknown
+}
+
+// NotSent reports whether the gateway was never called, or said it did not process the request:
+// the only outcomes after which a charge may move to the next gateway.
+func (o Outcome) NotSent() bool {
+	return o == OutcomeUnavailable || o == OutcomeBreakerOpen || o == OutcomeBulkheadFull
+}
+
+// TxState is the state of one transaction at a gateway, as a gateway's answer or a status look-up
+// reports it.
+type TxState string
+
+// The transaction states a gateway can report.
+const (
+	TxUnknown           TxState = ""          // the answer did not say
+	TxAuthorized        TxState = "authorized" // approved, not captured
+	TxCaptured          TxState = "captured"
+	TxVoided            TxState = "voided"
+	TxRefunded          TxState = "refunded"
+	TxPartiallyRefunded TxState = "partially_refunded"
+	TxDeclined          TxState = "declined"
+	TxPending           TxState = "pending"
+	TxFailed            TxState = "failed"
+	TxNotFound          TxState = "not_found" // the gateway has no transaction with that reference
+)
+
+// ChargeStatus is the status of a charge as the storefront sees it.
+type ChargeStatus string
+
+// The statuses of a charge.
+const (
+	StatusSucceeded       ChargeStatus = "succeeded"        // approved and captured
+	StatusRequiresCapture ChargeStatus = "requires_capture" // authorized only
+	StatusProcessing      ChargeStatus = "processing"       // the outcome is not known yet
+	StatusDeclined        ChargeStatus = "declined"
+	StatusFailed          ChargeStatus = "failed" // no gateway took it, or a gateway refused it
+	StatusVoided          ChargeStatus = "voided"
+	StatusRefunded        ChargeStatus = "refunded"
+)
+
+// Final reports whether the status can no longer change by itself (a capture, void or refund
+// may still move it on).
+func (s ChargeStatus) Final() bool { return s != StatusProcessing }
+
+// PaymentMethod is how the customer pays: a token issued by a vault, never a card number.
+type PaymentMethod struct {
+	Type  string `json:"type"`
+	Token string `json:"token"`
+}
+
+// Charge is one payment the storefront asked for, and everything payrouter did for it.
+type Charge struct {
+	ID               string            `json:"id"`
+	Status           ChargeStatus      `json:"status"`
+	Amount           int64             `json:"amount"`
+	Currency         string            `json:"currency"`
+	Country          string            `json:"country,omitempty"`
+	CustomerID       string            `json:"customer_id,omitempty"`
+	Description      string            `json:"description,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	PaymentMethod    PaymentMethod     `json:"-"` // kept for the gateways, never shown
+	Capture          bool              `json:"-"`
+	PinnedGateway    string            `json:"-"`
+	Route            string            `json:"route,omitempty"`
+	Gateway          string            `json:"gateway,omitempty"`
+	GatewayReference string            `json:"gateway_reference,omitempty"`
+	Reference        string            `json:"-"` // the reference sent to Gateway as its idempotency field
+	DeclineCode      string            `json:"decline_code,omitempty"`
+	Attempts         []Attempt         `json:"attempts"`
+	CreatedAt        time.Time         `json:"created_at"`
+	UpdatedAt        time.Time         `json:"-"`
+}
+
+// Attempt is one try at one gateway for a charge, in the order they were made.
+type Attempt struct {
+	Gateway  string        `json:"gateway"`
+	Outcome  Outcome       `json:"outcome"`
+	Duration time.Duration `json:"-"`
+	// Reference is the idempotency reference sent to the gateway (empty when it was not called).
+	Reference string `json:"-"`
+	// Resolved is what a status look-up found out after a timeout or unknown outcome.
+	Resolved TxState `json:"resolved,omitempty"`
+}
+
+// AttemptReference is the reference payrouter sends as a gateway's idempotency field for the
+// n-th attempt (1-based) of a charge: a retry of the same attempt can never charge twice, and
+// every attempt is told apart in the gateway's ledger.
+func AttemptReference(chargeID string, n int) string {
+	return chargeID + "-a" + strconv.Itoa(n)
+}
+
+// ChargeRequest is what an adapter sends to authorize (and, with Capture, capture) a charge.
+type ChargeRequest struct {
+	Reference   string // idempotency reference: AttemptReference(charge, attempt)
+	Amount      int64  // minor units
+	Currency    string // ISO 4217
+	Token       string // payment method token
+	Capture     bool   // capture at once; false authorizes only
+	Country     string
+	CustomerID  string
+	Description string
+}
+
+// TxRequest names an existing transaction at a gateway for capture, void, refund and status.
+type TxRequest struct {
+	// Reference is the idempotency reference of the new operation (a refund's own id, a
+	// capture's key). For Status it is the reference the charge was sent with.
+	Reference string
+	// ChargeReference is the reference the original charge was sent with.
+	ChargeReference string
+	// GatewayReference is the gateway's own id of the transaction, when it gave one.
+	GatewayReference string
+	Amount           int64
+	Currency         string
+}
+
+// Result is a gateway's answer to one call, already mapped to an Outcome.
+type Result struct {
+	Outcome          Outcome
+	GatewayReference string  // the gateway's own id of the transaction
+	State            TxState // the transaction's state, when the answer says it
+	DeclineCode      string  // for declines: the gateway's reason, normalised to lower snake case
+	// Detail says why, for logs and problem details; never a credential or card data.
+	Detail string
+}
+
+// Gateway is one payment gateway, reached through its adapter. Every method returns a Result
+// whose Outcome is always set; transport failures are mapped to unavailable (not sent), timeout
+// (sent, no answer in time) or unknown (sent, the answer lost or unreadable). The context carries
+// the deadline: adapters set none of their own.
+type Gateway interface {
+	// Authorize approves a charge, and captures it too when req.Capture is set.
+	Authorize(ctx context.Context, req ChargeRequest) Result
+	// Capture captures an authorized charge.
+	Capture(ctx context.Context, req TxRequest) Result
+	// Void cancels an authorized, uncaptured charge.
+	Void(ctx context.Context, req TxRequest) Result
+	// Refund gives back all or part of a captured charge.
+	Refund(ctx context.Context, req TxRequest) Result
+	// Status looks a transaction up by the reference it was sent with; Result.State says what
+	// the gateway knows of it, TxNotFound when nothing.
+	Status(ctx context.Context, req TxRequest) Result
+	// Health calls the gateway's own health endpoint (for out-of-band probes).
+	Health(ctx context.Context) error
+}
