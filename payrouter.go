@@ -86,7 +86,7 @@ type TxState string
 
 // The transaction states a gateway can report.
 const (
-	TxUnknown           TxState = ""          // the answer did not say
+	TxUnknown           TxState = ""           // the answer did not say
 	TxAuthorized        TxState = "authorized" // approved, not captured
 	TxCaptured          TxState = "captured"
 	TxVoided            TxState = "voided"
