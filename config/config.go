@@ -1,0 +1,113 @@
+// Package config is payrouter's configuration: the YAML schema of CONTRACT.md, its defaults,
+// ${VAR} expansion, validation with one clear line per problem, and the capacity arithmetic that
+// `payrouter check` prints.
+package config
+
+import "time"
+
+// Config is one payrouter configuration file, with defaults applied and validated.
+type Config struct {
+	Listen         string             `yaml:"listen"`          // storefront listener; default ":8080"
+	AdminListen    string             `yaml:"admin_listen"`    // admin listener; default "127.0.0.1:9090"
+	RequestTimeout time.Duration      `yaml:"request_timeout"` // budget of one API request, failover included; default 10s
+	Auth           Auth               `yaml:"auth"`
+	State          State              `yaml:"state"`
+	Idempotency    Idempotency        `yaml:"idempotency"`
+	Gateways       map[string]Gateway `yaml:"gateways"` // keyed by name; the name labels metrics and admin paths
+	// GatewayNames lists the keys of Gateways in the order the file gives them.
+	GatewayNames []string  `yaml:"-"`
+	Routes       []Route   `yaml:"routes"`
+	Fallbacks    Fallbacks `yaml:"fallbacks"`
+}
+
+// Auth holds the storefront's API keys and the admin token.
+type Auth struct {
+	APIKeys    []string `yaml:"api_keys"`    // at least one, none empty
+	AdminToken string   `yaml:"admin_token"` // empty: /admin/ answers 403 to everyone
+}
+
+// State chooses the state store.
+type State struct {
+	RedisURL string `yaml:"redis_url"` // empty: in memory, one instance
+}
+
+// Idempotency configures idempotency keys.
+type Idempotency struct {
+	TTL time.Duration `yaml:"ttl"` // how long a completed answer is kept; default 24h
+}
+
+// Gateway is one configured gateway.
+type Gateway struct {
+	Kind          string            `yaml:"kind"`     // adapter: paywell | ding | tranglo
+	BaseURL       string            `yaml:"base_url"` // absolute http(s) URL
+	Credentials   map[string]string `yaml:"credentials"`
+	Timeout       time.Duration     `yaml:"timeout"`        // per call; default 3s
+	MaxConcurrent int               `yaml:"max_concurrent"` // bulkhead slots; default 20
+	MaxWait       time.Duration     `yaml:"max_wait"`       // wait for a slot; default 0
+	Breaker       Breaker           `yaml:"breaker"`
+	// Operations overrides settings per operation (charge, capture, void, refund, status).
+	Operations map[string]OperationOverride `yaml:"operations"`
+}
+
+// OperationOverride changes one operation's settings of a gateway.
+type OperationOverride struct {
+	Timeout time.Duration `yaml:"timeout"` // 0: the gateway's timeout
+}
+
+// TimeoutFor returns the timeout of one operation of the gateway.
+func (g Gateway) TimeoutFor(op string) time.Duration {
+	if o, ok := g.Operations[op]; ok && o.Timeout > 0 {
+		return o.Timeout
+	}
+	return g.Timeout
+}
+
+// Probe modes of a breaker.
+const (
+	ProbeInBand    = "in_band"     // trial calls in half-open are real customer calls
+	ProbeOutOfBand = "out_of_band" // a prober calls the gateway's health endpoint instead
+)
+
+// Breaker holds the trip rules of one gateway's breakers (one per operation).
+type Breaker struct {
+	ConsecutiveFailures int           `yaml:"consecutive_failures"` // trip after N failures in a row; 0 off; default 5
+	FailuresInWindow    int           `yaml:"failures_in_window"`   // trip after N failures within Window; 0 off
+	FailureRate         float64       `yaml:"failure_rate"`         // trip at failures/requests >= rate over Window; 0 off; (0,1]
+	MinRequests         int           `yaml:"min_requests"`         // the rate counts once Window holds this many; default 20
+	Window              time.Duration `yaml:"window"`               // rolling window; default 30s
+	Cooldown            time.Duration `yaml:"cooldown"`             // open this long, then half-open; default 30s
+	HalfOpenRequests    int           `yaml:"half_open_requests"`   // trial calls in half-open; default 1
+	Probe               string        `yaml:"probe"`                // in_band (default) | out_of_band
+	ProbeInterval       time.Duration `yaml:"probe_interval"`       // default 5s
+}
+
+// Route sends matching charges to its gateways; the first matching route wins.
+type Route struct {
+	Name     string         `yaml:"name"`
+	Match    Match          `yaml:"match"`
+	Gateways []string       `yaml:"gateways"` // tried in order
+	Split    map[string]int `yaml:"split"`    // weighted first choice, the rest in listed order
+	// SplitOrder lists the keys of Split in the order the file gives them.
+	SplitOrder []string `yaml:"-"`
+	Hedge      *Hedge   `yaml:"hedge"`
+}
+
+// Match selects charges; fields combine with AND, a field's list with OR; empty matches all.
+type Match struct {
+	Currency  []string `yaml:"currency"`
+	Country   []string `yaml:"country"`
+	MinAmount int64    `yaml:"min_amount"` // 0: no lower bound
+	MaxAmount int64    `yaml:"max_amount"` // 0: no upper bound
+}
+
+// Hedge starts a second gateway when the first is slower than After.
+type Hedge struct {
+	After string `yaml:"after"` // a duration ("800ms") or "p95"
+}
+
+// Fallbacks chooses what each operation does when no gateway can take it.
+type Fallbacks struct {
+	Charge string `yaml:"charge"` // fail (default)
+	Refund string `yaml:"refund"` // queue (default) | fail
+	Status string `yaml:"status"` // degrade (default) | fail
+}
