@@ -1,0 +1,72 @@
+package resilience
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+func benchGuard(b *testing.B) *Guard {
+	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{ConsecutiveFailures: 5}}}, NopObserver{})
+	return d.Guard("paywell", payrouter.OpCharge)
+}
+
+func succeed(context.Context) payrouter.Result {
+	return payrouter.Result{Outcome: payrouter.OutcomeSucceeded}
+}
+
+// BenchmarkGuardDo is the admitted path: breaker, slot, the Guard's own deadline, a trivial call.
+func BenchmarkGuardDo(b *testing.B) {
+	g := benchGuard(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Do(ctx, succeed)
+	}
+}
+
+// BenchmarkGuardDoBudget is the admitted path when the caller's deadline is the shorter: no
+// context of the Guard's own.
+func BenchmarkGuardDoBudget(b *testing.B) {
+	g := benchGuard(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Do(ctx, succeed)
+	}
+}
+
+// BenchmarkGuardDoOpen is the refused path of a tripped breaker.
+func BenchmarkGuardDoOpen(b *testing.B) {
+	g := benchGuard(b)
+	for range 5 {
+		g.Do(context.Background(), func(context.Context) payrouter.Result {
+			return payrouter.Result{Outcome: payrouter.OutcomeUnavailable}
+		})
+	}
+	if s := g.Breaker().State(); s != StateOpen {
+		b.Fatalf("state %s, want open", s)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Do(ctx, succeed)
+	}
+}
+
+// BenchmarkGuardDoParallel is the admitted path from many goroutines at once, within the
+// bulkhead's capacity.
+func BenchmarkGuardDoParallel(b *testing.B) {
+	g := benchGuard(b)
+	b.ReportAllocs()
+	b.SetParallelism(1)
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			g.Do(ctx, succeed)
+		}
+	})
+}
