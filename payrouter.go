@@ -122,7 +122,8 @@ type PaymentMethod struct {
 	Token string `json:"token"`
 }
 
-// Charge is one payment the storefront asked for, and everything payrouter did for it.
+// Charge is one payment the storefront asked for, and everything payrouter did for it. Its JSON
+// form is how the stores keep it (the API shows its own view); the payment token is never kept.
 type Charge struct {
 	ID               string            `json:"id"`
 	Status           ChargeStatus      `json:"status"`
@@ -133,25 +134,25 @@ type Charge struct {
 	Description      string            `json:"description,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	PaymentMethod    PaymentMethod     `json:"-"` // kept for the gateways, never shown
-	Capture          bool              `json:"-"`
-	PinnedGateway    string            `json:"-"`
+	Capture          bool              `json:"capture"`
+	PinnedGateway    string            `json:"pinned_gateway,omitempty"`
 	Route            string            `json:"route,omitempty"`
 	Gateway          string            `json:"gateway,omitempty"`
 	GatewayReference string            `json:"gateway_reference,omitempty"`
-	Reference        string            `json:"-"` // the reference sent to Gateway as its idempotency field
+	Reference        string            `json:"reference,omitempty"` // sent to Gateway as its idempotency field
 	DeclineCode      string            `json:"decline_code,omitempty"`
 	Attempts         []Attempt         `json:"attempts"`
 	CreatedAt        time.Time         `json:"created_at"`
-	UpdatedAt        time.Time         `json:"-"`
+	UpdatedAt        time.Time         `json:"updated_at"`
 }
 
 // Attempt is one try at one gateway for a charge, in the order they were made.
 type Attempt struct {
 	Gateway  string        `json:"gateway"`
 	Outcome  Outcome       `json:"outcome"`
-	Duration time.Duration `json:"-"`
+	Duration time.Duration `json:"duration"`
 	// Reference is the idempotency reference sent to the gateway (empty when it was not called).
-	Reference string `json:"-"`
+	Reference string `json:"reference,omitempty"`
 	// Resolved is what a status look-up found out after a timeout or unknown outcome.
 	Resolved TxState `json:"resolved,omitempty"`
 }

@@ -1,0 +1,105 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/payrouter/payrouter"
+)
+
+// SaveCharge creates or replaces the charge with c.ID. It keeps a deep copy, so the caller may go
+// on changing c, and leaves out the payment method, as every store does (payrouter.Charge): a
+// token kept here would sit in memory long after the gateways needed it.
+func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if c == nil {
+		return errors.New("memstore: save charge: nil charge")
+	}
+	if c.ID == "" {
+		return errors.New("memstore: save charge: empty id")
+	}
+	stored := cloneCharge(c)
+	stored.PaymentMethod = payrouter.PaymentMethod{}
+
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	if old, ok := s.charges[c.ID]; ok && old.Status != c.Status {
+		s.unindex(old)
+	}
+	s.charges[c.ID] = stored
+	ids := s.byStatus[c.Status]
+	if ids == nil {
+		ids = make(map[string]struct{})
+		s.byStatus[c.Status] = ids
+	}
+	ids[c.ID] = struct{}{}
+	return nil
+}
+
+func (s *Store) unindex(c *payrouter.Charge) {
+	ids := s.byStatus[c.Status]
+	delete(ids, c.ID)
+	if len(ids) == 0 {
+		// An emptied status set is dropped, or one map per status ever seen would stay forever.
+		delete(s.byStatus, c.Status)
+	}
+}
+
+// Charge returns a copy of the charge with that id, or an error wrapping payrouter.ErrNotFound.
+func (s *Store) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	s.chargeMu.RLock()
+	c, ok := s.charges[id]
+	s.chargeMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("memstore: charge %q: %w", id, payrouter.ErrNotFound)
+	}
+	// The stored charge is never modified in place (SaveCharge swaps in a new copy), so copying it
+	// outside the lock is safe.
+	return cloneCharge(c), nil
+}
+
+// ChargesByStatus returns copies of up to limit charges in that status, oldest first by
+// CreatedAt, ties broken by ID so that the order is stable. A limit of zero or less returns none.
+func (s *Store) ChargesByStatus(ctx context.Context, status payrouter.ChargeStatus, limit int) ([]*payrouter.Charge, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	s.chargeMu.RLock()
+	ids := s.byStatus[status]
+	found := make([]*payrouter.Charge, 0, len(ids))
+	for id := range ids {
+		found = append(found, s.charges[id])
+	}
+	s.chargeMu.RUnlock()
+
+	slices.SortFunc(found, func(a, b *payrouter.Charge) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	found = found[:min(limit, len(found))]
+	for i, c := range found {
+		found[i] = cloneCharge(c)
+	}
+	return found, nil
+}
+
+// cloneCharge copies c deeply. Charge's only reference-typed fields are Metadata and Attempts
+// (Attempt holds values only); a test fails when a new one appears, so this cannot silently
+// start sharing memory with callers.
+func cloneCharge(c *payrouter.Charge) *payrouter.Charge {
+	cp := *c
+	cp.Metadata = maps.Clone(c.Metadata)
+	cp.Attempts = slices.Clone(c.Attempts)
+	return &cp
+}

@@ -1,0 +1,96 @@
+// Package memstore is the in-memory state store: the embedded default that lets one payrouter
+// instance run with nothing else (DESIGN.md, State stores). Its state lives and dies with the
+// process, so it cannot be shared by a fleet; redisstore is the shared one. Both pass the
+// storetest suite.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// ErrClosed is returned by every method of a Store after Close, so that wiring which keeps using
+// a closed store fails loudly instead of serving from state nobody will see again.
+var ErrClosed = errors.New("memstore: store is closed")
+
+// Store is an in-memory payrouter.Store, safe for concurrent use. It starts no goroutine:
+// expired idempotency keys are forgotten on access and by a bounded sweep run with each
+// idempotency operation.
+type Store struct {
+	now    func() time.Time
+	closed atomic.Bool
+
+	// Three locks for three independent maps, so a reconciler scanning charges never delays a
+	// request claiming its idempotency key.
+	chargeMu sync.RWMutex
+	charges  map[string]*payrouter.Charge
+	// byStatus indexes charges by status: the reconciler asks for the few processing charges
+	// among many final ones, which must not cost a scan of them all.
+	byStatus map[payrouter.ChargeStatus]map[string]struct{}
+
+	idemMu   sync.Mutex
+	idem     map[string]idemEntry
+	expiries expiryHeap
+
+	forcedMu sync.RWMutex
+	forced   map[string]payrouter.Forced
+}
+
+var _ payrouter.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read the time from now instead of time.Now, so tests can move time
+// without sleeping. A nil now keeps time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) {
+		if now != nil {
+			s.now = now
+		}
+	}
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		now:      time.Now,
+		charges:  make(map[string]*payrouter.Charge),
+		byStatus: make(map[payrouter.ChargeStatus]map[string]struct{}),
+		idem:     make(map[string]idemEntry),
+		forced:   make(map[string]payrouter.Forced),
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+// Ping reports whether the store answers: it always does until Close.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.usable(ctx)
+}
+
+// Close marks the store closed; later calls return ErrClosed. There is nothing running to stop,
+// and calling Close again is harmless.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// usable fails the same way a networked store would for a cancelled request or a closed client,
+// so callers are tested against the same behaviour with either store.
+func (s *Store) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Fingerprints of two different request bodies.
+const (
+	fpA = "sha256:aaaa"
+	fpB = "sha256:bbbb"
+)
+
+func newRecord(fingerprint string) payrouter.IdempotencyRecord {
+	return payrouter.IdempotencyRecord{
+		Fingerprint: fingerprint,
+		Status:      201,
+		Header:      map[string]string{"Content-Type": "application/json", "Location": "/charge/ch_1"},
+		Body:        []byte(`{"id":"ch_1","status":"succeeded"}`),
+		CreatedAt:   base,
+	}
+}
+
+// diffRecord describes how got differs from want, or returns "". As with charges, times are
+// compared as instants and nil as empty.
+func diffRecord(got *payrouter.IdempotencyRecord, want payrouter.IdempotencyRecord) string {
+	if got == nil {
+		return "got no record"
+	}
+	if !got.CreatedAt.Equal(want.CreatedAt) {
+		return fmt.Sprintf("CreatedAt = %v, want %v", got.CreatedAt, want.CreatedAt)
+	}
+	switch {
+	case got.Fingerprint != want.Fingerprint:
+		return fmt.Sprintf("Fingerprint = %q, want %q", got.Fingerprint, want.Fingerprint)
+	case got.Status != want.Status:
+		return fmt.Sprintf("Status = %d, want %d", got.Status, want.Status)
+	case string(got.Body) != string(want.Body):
+		return fmt.Sprintf("Body = %q, want %q", got.Body, want.Body)
+	case len(got.Header) != len(want.Header) || (len(want.Header) > 0 && !maps.Equal(got.Header, want.Header)):
+		return fmt.Sprintf("Header = %v, want %v", got.Header, want.Header)
+	}
+	return ""
+}
+
+// claim calls Claim with a long in-flight TTL, for tests where expiry is not the point.
+func claim(t *testing.T, s payrouter.Store, key, fingerprint string) (*payrouter.IdempotencyRecord, error) {
+	t.Helper()
+	return s.Claim(t.Context(), key, fingerprint, longTTL)
+}
+
+func mustClaimNew(t *testing.T, s payrouter.Store, key, fingerprint string) {
+	t.Helper()
+	rec, err := claim(t, s, key, fingerprint)
+	if rec != nil || err != nil {
+		t.Fatalf("Claim(%s) = %+v, %v; want a new claim (nil, nil)", key, rec, err)
+	}
+}
+
+func mustComplete(t *testing.T, s payrouter.Store, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) {
+	t.Helper()
+	if err := s.Complete(t.Context(), key, rec, ttl); err != nil {
+		t.Fatalf("Complete(%s): %v", key, err)
+	}
+}
+
+func wantReplay(t *testing.T, s payrouter.Store, key, fingerprint string, want payrouter.IdempotencyRecord) {
+	t.Helper()
+	rec, err := claim(t, s, key, fingerprint)
+	if err != nil {
+		t.Fatalf("Claim(%s) of a completed key: %v", key, err)
+	}
+	if d := diffRecord(rec, want); d != "" {
+		t.Fatalf("Claim(%s) replayed: %s", key, d)
+	}
+}
+
+func wantClaimErr(t *testing.T, s payrouter.Store, key, fingerprint string, want error) {
+	t.Helper()
+	rec, err := claim(t, s, key, fingerprint)
+	if !errors.Is(err, want) {
+		t.Fatalf("Claim(%s, %s) = %+v, %v; want %v", key, fingerprint, rec, err, want)
+	}
+	if rec != nil {
+		t.Fatalf("Claim(%s, %s) returned a record with %v", key, fingerprint, err)
+	}
+}
+
+func testClaimNew(t *testing.T, s payrouter.Store) {
+	mustClaimNew(t, s, "k-new", fpA)
+	// In flight with another fingerprint is a conflict, not a mismatch: the first request may yet
+	// be released, and then the other body is a legitimate first request.
+	for _, fp := range []string{fpA, fpB} {
+		wantClaimErr(t, s, "k-new", fp, payrouter.ErrInFlight)
+	}
+	mustClaimNew(t, s, "k-other", fpA)
+}
+
+func testCompleteReplay(t *testing.T, s payrouter.Store) {
+	mustClaimNew(t, s, "k-replay", fpA)
+	rec := newRecord(fpA)
+	mustComplete(t, s, "k-replay", rec, longTTL)
+
+	// Replays are repeatable, and a mismatch does not disturb the record.
+	wantReplay(t, s, "k-replay", fpA, rec)
+	wantClaimErr(t, s, "k-replay", fpB, payrouter.ErrMismatch)
+	wantReplay(t, s, "k-replay", fpA, rec)
+
+	t.Run("empty header and body", func(t *testing.T) {
+		bare := payrouter.IdempotencyRecord{Fingerprint: fpA, Status: 202, CreatedAt: base}
+		mustClaimNew(t, s, "k-bare", fpA)
+		mustComplete(t, s, "k-bare", bare, longTTL)
+		wantReplay(t, s, "k-bare", fpA, bare)
+	})
+}
+
+func testCompleteSetsCreatedAt(t *testing.T, s payrouter.Store) {
+	before := time.Now().Add(-time.Minute) // slack for a store's clock not quite ours
+	rec := newRecord(fpA)
+	rec.CreatedAt = time.Time{}
+	mustClaimNew(t, s, "k-created", fpA)
+	mustComplete(t, s, "k-created", rec, longTTL)
+	got, err := claim(t, s, "k-created", fpA)
+	if err != nil || got == nil {
+		t.Fatalf("Claim = %+v, %v; want the record", got, err)
+	}
+	if got.CreatedAt.Before(before) {
+		t.Fatalf("CreatedAt = %v, want it set to the time of Complete", got.CreatedAt)
+	}
+}
+
+func testFirstCompleteWins(t *testing.T, s payrouter.Store) {
+	mustClaimNew(t, s, "k-twice", fpA)
+	first := newRecord(fpA)
+	mustComplete(t, s, "k-twice", first, longTTL)
+	second := newRecord(fpB)
+	second.Status = 402
+	second.Body = []byte(`{"type":"/problems/card-declined"}`)
+	mustComplete(t, s, "k-twice", second, longTTL)
+
+	wantReplay(t, s, "k-twice", fpA, first)
+	wantClaimErr(t, s, "k-twice", fpB, payrouter.ErrMismatch)
+}
+
+// testCompleteUnclaimed: a holder whose claim expired (it was slow, not crashed) still stores
+// its answer, since a gateway was asked and a retry must not charge again.
+func testCompleteUnclaimed(t *testing.T, s payrouter.Store) {
+	rec := newRecord(fpA)
+	mustComplete(t, s, "k-unclaimed", rec, longTTL)
+	wantReplay(t, s, "k-unclaimed", fpA, rec)
+}
+
+func testRelease(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"a released key can be claimed again", func(t *testing.T) {
+			mustClaimNew(t, s, "k-rel", fpA)
+			if err := s.Release(ctx, "k-rel"); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			mustClaimNew(t, s, "k-rel", fpB)
+			wantClaimErr(t, s, "k-rel", fpB, payrouter.ErrInFlight)
+		}},
+		{"releasing an unknown key is not an error", func(t *testing.T) {
+			if err := s.Release(ctx, "k-never"); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			mustClaimNew(t, s, "k-never", fpA)
+		}},
+		{"release after complete keeps the answer", func(t *testing.T) {
+			mustClaimNew(t, s, "k-rel-done", fpA)
+			rec := newRecord(fpA)
+			mustComplete(t, s, "k-rel-done", rec, longTTL)
+			if err := s.Release(ctx, "k-rel-done"); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			wantReplay(t, s, "k-rel-done", fpA, rec)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+func testRecordIsolation(t *testing.T, s payrouter.Store) {
+	want := newRecord(fpA)
+	given := newRecord(fpA)
+	mustClaimNew(t, s, "k-iso", fpA)
+	mustComplete(t, s, "k-iso", given, longTTL)
+	given.Body[0] = 'X'
+	given.Header["Location"] = "/elsewhere"
+	wantReplay(t, s, "k-iso", fpA, want)
+
+	got, err := claim(t, s, "k-iso", fpA)
+	if err != nil || got == nil {
+		t.Fatalf("Claim = %+v, %v; want the record", got, err)
+	}
+	got.Body[0] = 'X'
+	got.Header["Location"] = "/elsewhere"
+	got.Header["Extra"] = "1"
+	wantReplay(t, s, "k-iso", fpA, want)
+}
+
+func testCompletedExpiry(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	mustClaimNew(t, s, "k-ttl", fpA)
+	rec := newRecord(fpA)
+	mustComplete(t, s, "k-ttl", rec, shortTTL)
+	wantReplay(t, s, "k-ttl", fpA, rec)
+
+	// Each poll before expiry replays; the first after it is a new claim, now held by the test.
+	waitFor(t, "completed record to expire", func() (bool, error) {
+		got, err := s.Claim(ctx, "k-ttl", fpB, longTTL)
+		switch {
+		case errors.Is(err, payrouter.ErrMismatch):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		return got == nil, nil
+	})
+	wantClaimErr(t, s, "k-ttl", fpA, payrouter.ErrInFlight)
+}
+
+func testInFlightExpiry(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	rec, err := s.Claim(ctx, "k-crashed", fpA, shortTTL)
+	if rec != nil || err != nil {
+		t.Fatalf("Claim = %+v, %v; want a new claim", rec, err)
+	}
+	wantClaimErr(t, s, "k-crashed", fpA, payrouter.ErrInFlight)
+
+	waitFor(t, "a crashed holder's claim to expire", func() (bool, error) {
+		got, err := s.Claim(ctx, "k-crashed", fpA, longTTL)
+		switch {
+		case errors.Is(err, payrouter.ErrInFlight):
+			return false, nil
+		case err != nil:
+			return false, err
+		case got != nil:
+			return false, fmt.Errorf("Claim returned a record %+v for a key never completed", got)
+		}
+		return true, nil
+	})
+	// The new claim takes the longer TTL of its own request.
+	wantClaimErr(t, s, "k-crashed", fpA, payrouter.ErrInFlight)
+}
+
+// testConcurrentClaims: requests with one key racing each other, as a client's retries do.
+// Exactly one may go to a gateway; once it has completed, all of them get its answer.
+func testConcurrentClaims(t *testing.T, s payrouter.Store) {
+	const racers = 50
+	ctx := t.Context()
+	type result struct {
+		rec *payrouter.IdempotencyRecord
+		err error
+	}
+	race := func() []result {
+		results := make([]result, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				<-start
+				rec, err := s.Claim(ctx, "k-race", fpA, longTTL)
+				results[i] = result{rec, err}
+			})
+		}
+		close(start)
+		wg.Wait()
+		return results
+	}
+
+	won := 0
+	for _, r := range race() {
+		switch {
+		case r.err == nil && r.rec == nil:
+			won++
+		case errors.Is(r.err, payrouter.ErrInFlight):
+		default:
+			t.Fatalf("Claim = %+v, %v; want a new claim or ErrInFlight", r.rec, r.err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of %d concurrent claims won the key, want exactly 1", won, racers)
+	}
+
+	rec := newRecord(fpA)
+	mustComplete(t, s, "k-race", rec, longTTL)
+	for _, r := range race() {
+		if r.err != nil {
+			t.Fatalf("Claim of the completed key: %v", r.err)
+		}
+		if d := diffRecord(r.rec, rec); d != "" {
+			t.Fatalf("Claim of the completed key: %s", d)
+		}
+	}
+}
+
+func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	rec := newRecord(fpA)
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"claim empty key", func() error { _, err := s.Claim(ctx, "", fpA, longTTL); return err }},
+		{"claim zero in-flight ttl", func() error { _, err := s.Claim(ctx, "k-inv", fpA, 0); return err }},
+		{"claim negative in-flight ttl", func() error { _, err := s.Claim(ctx, "k-inv", fpA, -time.Second); return err }},
+		{"complete empty key", func() error { return s.Complete(ctx, "", rec, longTTL) }},
+		{"complete zero ttl", func() error { return s.Complete(ctx, "k-inv", rec, 0) }},
+		{"complete negative ttl", func() error { return s.Complete(ctx, "k-inv", rec, -time.Second) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if err == nil {
+				t.Fatal("succeeded, want an error")
+			}
+			for _, sentinel := range []error{payrouter.ErrInFlight, payrouter.ErrMismatch, payrouter.ErrNotFound} {
+				if errors.Is(err, sentinel) {
+					t.Fatalf("error %v is %v, want a plain error: the caller's bug, not the key's state", err, sentinel)
+				}
+			}
+		})
+	}
+	// None of the refused calls may have taken or stored the key.
+	mustClaimNew(t, s, "k-inv", fpA)
+}
