@@ -1,0 +1,110 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
+)
+
+// breakerView is B of CONTRACT.md: one failure domain as the admin API shows it.
+type breakerView struct {
+	Name      string           `json:"name"`
+	Gateway   string           `json:"gateway"`
+	Operation string           `json:"operation"`
+	State     resilience.State `json:"state"`
+	Forced    *string          `json:"forced"`
+	OpenUntil *string          `json:"open_until"`
+	Counts    countsView       `json:"counts"`
+}
+
+type countsView struct {
+	Requests            int64 `json:"requests"`
+	Failures            int64 `json:"failures"`
+	ConsecutiveFailures int64 `json:"consecutive_failures"`
+}
+
+func breakerViewOf(s resilience.Snapshot) breakerView {
+	v := breakerView{
+		Name: s.Name, Gateway: s.Gateway, Operation: string(s.Operation), State: s.State,
+		Counts: countsView{s.Counts.Requests, s.Counts.Failures, s.Counts.ConsecutiveFailures},
+	}
+	if s.Forced != payrouter.ForcedNone {
+		f := string(s.Forced)
+		v.Forced = &f
+	}
+	if !s.OpenUntil.IsZero() {
+		t := s.OpenUntil.UTC().Format(time.RFC3339Nano)
+		v.OpenUntil = &t
+	}
+	return v
+}
+
+// listBreakers is GET /admin/breakers.
+func (s *server) listBreakers(c echo.Context) error {
+	snaps := s.Domains.Snapshots()
+	out := make([]breakerView, len(snaps))
+	for i, b := range snaps {
+		out[i] = breakerViewOf(b)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"breakers": out})
+}
+
+// breakerAction is POST /admin/breakers/{gateway}/{operation}/{force-open|force-close|reset}.
+// The forced state is written to the state store first, so that it survives a restart and, with a
+// shared store, reaches every instance.
+func (s *server) breakerAction(c echo.Context) error {
+	gateway, op := c.Param("gateway"), payrouter.Operation(c.Param("operation"))
+	b := s.Domains.Breaker(gateway, op)
+	if b == nil {
+		return writeProblem(c, newProblem(payrouter.ENotFound, "no breaker "+gateway+"/"+string(op)))
+	}
+	var forced payrouter.Forced
+	switch c.Param("action") {
+	case "force-open":
+		forced = payrouter.ForcedOpen
+	case "force-close":
+		forced = payrouter.ForcedClosed
+	case "reset":
+		forced = payrouter.ForcedNone
+	default:
+		return writeProblem(c, newProblem(payrouter.ENotFound, "actions are force-open, force-close and reset"))
+	}
+	name := gateway + "/" + string(op)
+	if err := s.Store.SetForced(c.Request().Context(), name, forced); err != nil {
+		s.Log.Error("breaker.force_store_failed", "breaker", name, "err", err)
+		return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not take the change; nothing was changed"))
+	}
+	if forced == payrouter.ForcedNone {
+		b.Reset()
+	} else {
+		b.Force(forced)
+	}
+	s.Log.Info("breaker."+c.Param("action"), "breaker", name)
+	return c.JSON(http.StatusOK, breakerViewOf(b.Snapshot()))
+}
+
+// gatewayView is one gateway in GET /admin/gateways.
+type gatewayView struct {
+	GatewayInfo
+	Bulkhead struct {
+		Capacity int `json:"capacity"`
+		InFlight int `json:"in_flight"`
+	} `json:"bulkhead"`
+}
+
+// listGateways is GET /admin/gateways: settings and live bulkhead use, never a credential.
+func (s *server) listGateways(c echo.Context) error {
+	out := make([]gatewayView, 0, len(s.Gateways))
+	for _, g := range s.Gateways {
+		v := gatewayView{GatewayInfo: g}
+		if bh := s.Domains.Bulkhead(g.Name); bh != nil {
+			v.Bulkhead.Capacity, v.Bulkhead.InFlight = bh.Capacity(), bh.InFlight()
+		}
+		out = append(out, v)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"gateways": out})
+}

@@ -1,0 +1,254 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
+)
+
+// chargeView is the charge object of CONTRACT.md: what the storefront sees of a charge.
+type chargeView struct {
+	ID               string                 `json:"id"`
+	Status           payrouter.ChargeStatus `json:"status"`
+	Amount           int64                  `json:"amount"`
+	Currency         string                 `json:"currency"`
+	Country          string                 `json:"country,omitempty"`
+	CustomerID       string                 `json:"customer_id,omitempty"`
+	Description      string                 `json:"description,omitempty"`
+	Metadata         map[string]string      `json:"metadata,omitempty"`
+	Gateway          string                 `json:"gateway,omitempty"`
+	GatewayReference string                 `json:"gateway_reference,omitempty"`
+	DeclineCode      string                 `json:"decline_code,omitempty"`
+	Attempts         []attemptView          `json:"attempts"`
+	CreatedAt        string                 `json:"created_at"`
+}
+
+// attemptView is one attempt as the API shows it.
+type attemptView struct {
+	Gateway    string            `json:"gateway"`
+	Outcome    payrouter.Outcome `json:"outcome"`
+	DurationMS int64             `json:"duration_ms"`
+	Resolved   payrouter.TxState `json:"resolved,omitempty"`
+}
+
+func attemptViews(list []payrouter.Attempt) []attemptView {
+	if list == nil {
+		return nil
+	}
+	out := make([]attemptView, len(list))
+	for i, a := range list {
+		out[i] = attemptView{Gateway: a.Gateway, Outcome: a.Outcome, DurationMS: a.Duration.Milliseconds(), Resolved: a.Resolved}
+	}
+	return out
+}
+
+func viewOf(ch *payrouter.Charge) chargeView {
+	v := chargeView{
+		ID: ch.ID, Status: ch.Status, Amount: ch.Amount, Currency: ch.Currency, Country: ch.Country,
+		CustomerID: ch.CustomerID, Description: ch.Description, Metadata: ch.Metadata,
+		Gateway: ch.Gateway, GatewayReference: ch.GatewayReference, DeclineCode: ch.DeclineCode,
+		Attempts: attemptViews(ch.Attempts), CreatedAt: ch.CreatedAt.UTC().Format(time.RFC3339),
+	}
+	if v.Attempts == nil {
+		v.Attempts = []attemptView{}
+	}
+	return v
+}
+
+// answer is a complete response, as it is sent and as an idempotency record keeps it.
+type answer struct {
+	status int
+	header map[string]string
+	body   []byte
+}
+
+// storedStatuses are the answers kept for their idempotency key: those given once a gateway was
+// asked. 400-level answers to the request itself and 503 (no gateway took it) are not kept, so
+// the client may send the same key again.
+var storedStatuses = map[int]bool{
+	http.StatusOK: true, http.StatusCreated: true, http.StatusAccepted: true,
+	http.StatusPaymentRequired: true, http.StatusBadGateway: true,
+}
+
+// readJSONBody checks the media type and size and returns the body, or the problem to answer.
+func readJSONBody(c echo.Context) ([]byte, *problem) {
+	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
+	if err != nil || mt != "application/json" {
+		p := newProblem(codeUnsupportedMedia, "send the body as Content-Type: application/json")
+		return nil, &p
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
+	if err != nil {
+		p := invalid("the body could not be read")
+		return nil, &p
+	}
+	if len(body) > MaxBodyBytes {
+		p := newProblem(codePayloadTooLarge, "the body is larger than 64 KiB")
+		return nil, &p
+	}
+	return body, nil
+}
+
+// idempotencyKey returns the request's Idempotency-Key: 1 to 255 printable ASCII characters.
+func idempotencyKey(c echo.Context) (string, *problem) {
+	key := c.Request().Header.Get("Idempotency-Key")
+	ok := len(key) >= 1 && len(key) <= 255
+	for i := 0; ok && i < len(key); i++ {
+		ok = key[i] >= 0x20 && key[i] <= 0x7e
+	}
+	if !ok {
+		p := invalid("send an Idempotency-Key header of 1 to 255 printable ASCII characters",
+			fieldError{Field: "Idempotency-Key", Message: "is required: 1 to 255 printable ASCII characters"})
+		return "", &p
+	}
+	return key, nil
+}
+
+// fingerprint identifies a request for its idempotency key: the operation and the decoded body,
+// so that the same request sent with other white space or member order still replays.
+func fingerprint(op string, v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(append([]byte(op+"\n"), b...))
+	return hex.EncodeToString(sum[:])
+}
+
+// idempotent runs work at most once per idempotency key: a completed key replays its stored
+// answer, a key in flight is 409, a key used with another request is 422.
+func (s *server) idempotent(c echo.Context, key, fp string, work func() (answer, error)) error {
+	ctx := c.Request().Context()
+	storeKey := c.Get("key_scope").(string) + ":" + key
+	rec, err := s.Store.Claim(ctx, storeKey, fp, s.InFlightTTL)
+	switch {
+	case errors.Is(err, payrouter.ErrInFlight):
+		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
+	case errors.Is(err, payrouter.ErrMismatch):
+		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
+	case err != nil:
+		return err
+	case rec != nil:
+		for k, v := range rec.Header {
+			c.Response().Header().Set(k, v)
+		}
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+		return c.Blob(rec.Status, rec.Header[echo.HeaderContentType], rec.Body)
+	}
+
+	a, err := work()
+	if err != nil {
+		_ = s.Store.Release(context.WithoutCancel(ctx), storeKey)
+		return err
+	}
+	if storedStatuses[a.status] {
+		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
+		if err := s.Store.Complete(context.WithoutCancel(ctx), storeKey, r, s.IdempotencyTTL); err != nil {
+			s.Log.Error("idempotency.store_failed", "err", err)
+		}
+	} else if err := s.Store.Release(context.WithoutCancel(ctx), storeKey); err != nil {
+		s.Log.Error("idempotency.release_failed", "err", err)
+	}
+	for k, v := range a.header {
+		c.Response().Header().Set(k, v)
+	}
+	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
+}
+
+// jsonAnswer encodes v as an answer with the given content type.
+func jsonAnswer(status int, contentType string, v any, header ...string) (answer, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{status: status, body: body, header: map[string]string{echo.HeaderContentType: contentType}}
+	for i := 0; i+1 < len(header); i += 2 {
+		a.header[header[i]] = header[i+1]
+	}
+	return a, nil
+}
+
+// createCharge is POST /charge.
+func (s *server) createCharge(c echo.Context) error {
+	body, p := readJSONBody(c)
+	if p != nil {
+		return writeProblem(c, *p)
+	}
+	key, p := idempotencyKey(c)
+	if p != nil {
+		return writeProblem(c, *p)
+	}
+	in, errs, err := decodeCharge(body)
+	if err != nil {
+		return writeProblem(c, invalid("the charge is not valid; see errors", errs...))
+	}
+	if in.Gateway != "" && s.Domains.Guard(in.Gateway, payrouter.OpCharge) == nil {
+		return writeProblem(c, invalid("the charge is not valid; see errors",
+			fieldError{Field: "gateway", Message: "is not a configured gateway"}))
+	}
+	return s.idempotent(c, key, fingerprint("POST /charge", in), func() (answer, error) {
+		return s.runCharge(c, in)
+	})
+}
+
+// runCharge sends a valid charge through the router and shapes its answer.
+func (s *server) runCharge(c echo.Context, in chargeInput) (answer, error) {
+	ch := &payrouter.Charge{
+		ID: "ch_" + rand.Text(), Amount: in.Amount, Currency: in.Currency, Country: in.Country,
+		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
+		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
+		Capture:       in.Capture, PinnedGateway: in.Gateway,
+	}
+	ch, err := s.Router.Charge(c.Request().Context(), ch)
+	var u *fallback.Unavailable
+	if errors.As(err, &u) {
+		if s.Metrics != nil {
+			s.Metrics.ChargeAnswered("", payrouter.StatusFailed)
+			s.Metrics.FallbackUsed(payrouter.OpCharge, string(fallback.Fail))
+		}
+		p := unavailableProblem(c, u)
+		return jsonAnswer(p.Status, "application/problem+json", p)
+	}
+	if err != nil {
+		if payrouter.Code(err) == payrouter.EInternal {
+			s.Log.Error("charge.failed", "err", err)
+		}
+		p := errorProblem(c, err)
+		return jsonAnswer(p.Status, "application/problem+json", p)
+	}
+	if s.Metrics != nil {
+		s.Metrics.ChargeAnswered(ch.Gateway, ch.Status)
+	}
+	switch ch.Status {
+	case payrouter.StatusSucceeded, payrouter.StatusRequiresCapture:
+		return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, viewOf(ch))
+	case payrouter.StatusProcessing:
+		return jsonAnswer(http.StatusAccepted, echo.MIMEApplicationJSON, viewOf(ch), echo.HeaderLocation, "/charge/"+ch.ID)
+	case payrouter.StatusDeclined:
+		p := newProblem(payrouter.EDeclined, "the gateway declined the card; ask the customer for another payment method")
+		p.ChargeID, p.Gateway, p.DeclineCode, p.Attempts = ch.ID, ch.Gateway, ch.DeclineCode, attemptViews(ch.Attempts)
+		return jsonAnswer(p.Status, "application/problem+json", p)
+	default:
+		p := newProblem(payrouter.EGatewayError, "the gateway refused the request as malformed; payrouter has logged it")
+		p.ChargeID, p.Gateway, p.Attempts = ch.ID, ch.Gateway, attemptViews(ch.Attempts)
+		return jsonAnswer(p.Status, "application/problem+json", p)
+	}
+}
+
+// getCharge is GET /charge/{id}.
+func (s *server) getCharge(c echo.Context) error {
+	ch, err := s.Router.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return writeProblem(c, errorProblem(c, err))
+	}
+	return c.JSON(http.StatusOK, viewOf(ch))
+}

@@ -1,0 +1,410 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// jsonValue is a decoded JSON value: *jsonObject, []jsonValue, string, json.Number, bool or nil.
+type jsonValue = any
+
+// jsonObject keeps the members of an object exactly as sent: decoding refuses duplicate keys,
+// and lookups are case-sensitive (encoding/json's struct decoding would accept "Amount").
+type jsonObject struct {
+	keys   []string
+	values map[string]jsonValue
+}
+
+// errDecode is a body that is not one well-formed JSON value.
+var errDecode = errors.New("the body is not valid JSON")
+
+// parseJSON reads exactly one JSON value from body, refusing duplicate keys and trailing data.
+// Its errors never quote the body.
+func parseJSON(body []byte) (jsonValue, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	v, err := parseValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("the body has data after its JSON object")
+	}
+	return v, nil
+}
+
+// maxDepth bounds nesting: no valid request nests deeper than three levels.
+const maxDepth = 16
+
+func parseValue(dec *json.Decoder, depth int) (jsonValue, error) {
+	if depth > maxDepth {
+		return nil, errors.New("the body nests too deeply")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, errDecode
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := &jsonObject{values: map[string]jsonValue{}}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, errDecode
+				}
+				key, ok := kt.(string)
+				if !ok {
+					return nil, errDecode
+				}
+				if _, dup := obj.values[key]; dup {
+					return nil, &duplicateKeyError{key: key}
+				}
+				v, err := parseValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj.keys = append(obj.keys, key)
+				obj.values[key] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, errDecode
+			}
+			return obj, nil
+		case '[':
+			var list []jsonValue
+			for dec.More() {
+				v, err := parseValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, errDecode
+			}
+			return list, nil
+		}
+		return nil, errDecode
+	default:
+		return t, nil
+	}
+}
+
+// duplicateKeyError is an object that names one member twice: which of the two wins differs
+// between parsers, so neither is taken.
+type duplicateKeyError struct{ key string }
+
+func (e *duplicateKeyError) Error() string { return "the key is given twice" }
+
+// chargeInput is a decoded, valid POST /charge body.
+type chargeInput struct {
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentMethod paymentMethod     `json:"payment_method"`
+	Country       string            `json:"country,omitempty"`
+	CustomerID    string            `json:"customer_id,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	Capture       bool              `json:"capture"`
+	Gateway       string            `json:"gateway,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+type paymentMethod struct {
+	Type  string `json:"type"`
+	Token string `json:"token"`
+}
+
+// Limits of a charge body (CONTRACT.md, POST /charge).
+const (
+	maxAmount         = 1_000_000_000_000
+	maxDescription    = 500
+	maxMetadataPairs  = 20
+	maxMetadataKey    = 40
+	maxMetadataValue  = 500
+	maxShortString    = 255
+	cardNumberRefusal = "looks like a raw card number: payrouter takes tokens only, never card numbers"
+)
+
+var (
+	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+	countryPattern  = regexp.MustCompile(`^[A-Z]{2}$`)
+)
+
+// fields walks one JSON object against a fixed set of members, collecting field errors.
+type fields struct {
+	prefix string
+	obj    *jsonObject
+	errs   *[]fieldError
+}
+
+func (f fields) fail(name, format string, args ...any) {
+	*f.errs = append(*f.errs, fieldError{Field: f.prefix + name, Message: fmt.Sprintf(format, args...)})
+}
+
+// known refuses every member not in names.
+func (f fields) known(names ...string) {
+	for _, k := range f.obj.keys {
+		found := false
+		for _, n := range names {
+			if k == n {
+				found = true
+				break
+			}
+		}
+		if !found {
+			f.fail(safeName(k), "is not a known field")
+		}
+	}
+}
+
+// get returns a member, treating null as absent.
+func (f fields) get(name string) (jsonValue, bool) {
+	v, ok := f.obj.values[name]
+	return v, ok && v != nil
+}
+
+func (f fields) str(name string, required bool, maxLen int) string {
+	v, ok := f.get(name)
+	if !ok {
+		if required {
+			f.fail(name, "is required")
+		}
+		return ""
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		f.fail(name, "must be a string")
+		return ""
+	}
+	if maxLen > 0 && utf8.RuneCountInString(s) > maxLen {
+		f.fail(name, "must be at most %d characters", maxLen)
+		return ""
+	}
+	return s
+}
+
+func (f fields) object(name string, required bool) *jsonObject {
+	v, ok := f.get(name)
+	if !ok {
+		if required {
+			f.fail(name, "is required")
+		}
+		return nil
+	}
+	o, isObj := v.(*jsonObject)
+	if !isObj {
+		f.fail(name, "must be an object")
+		return nil
+	}
+	return o
+}
+
+// decodeCharge decodes a POST /charge body strictly: one JSON object, exact member names, exact
+// types, no duplicates, nothing after it, and nothing that looks like a card number anywhere.
+// The field errors never repeat a value.
+func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
+	var in chargeInput
+	v, err := parseJSON(body)
+	if err != nil {
+		var dup *duplicateKeyError
+		if errors.As(err, &dup) {
+			return in, []fieldError{{Field: safeName(dup.key), Message: "is given twice"}}, err
+		}
+		return in, []fieldError{{Field: "(body)", Message: err.Error()}}, err
+	}
+	if field := findCardNumber(v, ""); field != "" {
+		return in, []fieldError{{Field: field, Message: cardNumberRefusal}}, errors.New("card number")
+	}
+	obj, ok := v.(*jsonObject)
+	if !ok {
+		return in, []fieldError{{Field: "(body)", Message: "must be a JSON object"}}, errDecode
+	}
+	var errs []fieldError
+	f := fields{obj: obj, errs: &errs}
+	f.known("amount", "currency", "payment_method", "country", "customer_id", "description", "capture", "gateway", "metadata")
+
+	if a, ok := f.get("amount"); !ok {
+		f.fail("amount", "is required")
+	} else if n, isNum := a.(json.Number); !isNum {
+		f.fail("amount", "must be an integer number of minor units")
+	} else if i, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
+		f.fail("amount", "must be an integer number of minor units, from 1 to 10^12")
+	} else if i < 1 || i > maxAmount {
+		f.fail("amount", "must be from 1 to 10^12 minor units")
+	} else {
+		in.Amount = i
+	}
+
+	in.Currency = f.str("currency", true, 0)
+	if in.Currency != "" && !currencyPattern.MatchString(in.Currency) {
+		f.fail("currency", "must be an ISO 4217 code in upper case, such as USD")
+	}
+
+	if pm := f.object("payment_method", true); pm != nil {
+		p := fields{prefix: "payment_method.", obj: pm, errs: &errs}
+		if _, has := pm.values["number"]; has {
+			p.fail("number", cardNumberRefusal)
+		}
+		p.known("type", "token", "number")
+		in.PaymentMethod.Type = p.str("type", true, 0)
+		if in.PaymentMethod.Type != "" && in.PaymentMethod.Type != "card" {
+			p.fail("type", `must be "card"`)
+		}
+		in.PaymentMethod.Token = p.str("token", true, maxShortString)
+		if s, isStr := pm.values["token"].(string); isStr && s == "" {
+			p.fail("token", "must not be empty")
+		}
+	}
+
+	in.Country = f.str("country", false, 0)
+	if in.Country != "" && !countryPattern.MatchString(in.Country) {
+		f.fail("country", "must be an ISO 3166 alpha-2 code in upper case, such as MY")
+	}
+	in.CustomerID = f.str("customer_id", false, maxShortString)
+	in.Description = f.str("description", false, maxDescription)
+	in.Gateway = f.str("gateway", false, maxShortString)
+
+	in.Capture = true
+	if c, ok := f.get("capture"); ok {
+		if b, isBool := c.(bool); isBool {
+			in.Capture = b
+		} else {
+			f.fail("capture", "must be a JSON boolean")
+		}
+	}
+
+	if md := f.object("metadata", false); md != nil {
+		if len(md.keys) > maxMetadataPairs {
+			f.fail("metadata", "must have at most %d pairs", maxMetadataPairs)
+		} else {
+			in.Metadata = make(map[string]string, len(md.keys))
+			for _, k := range md.keys {
+				s, isStr := md.values[k].(string)
+				switch {
+				case utf8.RuneCountInString(k) > maxMetadataKey || k == "":
+					f.fail("metadata", "keys must be 1 to %d characters", maxMetadataKey)
+				case !isStr:
+					f.fail("metadata."+safeName(k), "must be a string")
+				case utf8.RuneCountInString(s) > maxMetadataValue:
+					f.fail("metadata."+safeName(k), "must be at most %d characters", maxMetadataValue)
+				default:
+					in.Metadata[k] = s
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return in, errs, errors.New("invalid charge")
+	}
+	return in, nil, nil
+}
+
+// safeName is a member name fit to appear in an error: printable, short, and not itself data
+// that must not be echoed.
+func safeName(k string) string {
+	if len(k) > 64 || !utf8.ValidString(k) || hasCardNumber(k) || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "(a field name)"
+	}
+	return k
+}
+
+// findCardNumber returns the path of the first member whose key or value holds something that
+// looks like a card number, or "".
+func findCardNumber(v jsonValue, path string) string {
+	switch t := v.(type) {
+	case string:
+		if hasCardNumber(t) {
+			return path
+		}
+	case json.Number:
+		if hasCardNumber(t.String()) {
+			return path
+		}
+	case []jsonValue:
+		for _, e := range t {
+			if p := findCardNumber(e, path); p != "" {
+				return p
+			}
+		}
+	case *jsonObject:
+		for _, k := range t.keys {
+			child := k
+			if path != "" {
+				child = path + "." + k
+			}
+			if hasCardNumber(k) {
+				if path == "" {
+					return "(body)"
+				}
+				return path
+			}
+			if p := findCardNumber(t.values[k], safeName(child)); p != "" {
+				if strings.Contains(p, "(a field name)") {
+					return "(body)"
+				}
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// hasCardNumber reports whether s holds a run of 13 to 19 digits, optionally grouped by single
+// spaces or dashes, that passes the Luhn check: what a primary account number looks like.
+func hasCardNumber(s string) bool {
+	var digits [19]byte
+	n := 0
+	flush := func() bool {
+		ok := n >= 13 && n <= 19 && luhn(digits[:n])
+		n = 0
+		return ok
+	}
+	overflow := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if n < len(digits) && !overflow {
+				digits[n] = c - '0'
+				n++
+			} else {
+				overflow = true
+			}
+		case (c == ' ' || c == '-') && n > 0 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9':
+			// a separator inside a grouped number
+		default:
+			if !overflow && flush() {
+				return true
+			}
+			n, overflow = 0, false
+		}
+	}
+	return !overflow && flush()
+}
+
+// luhn reports whether the digits pass the Luhn checksum.
+func luhn(d []byte) bool {
+	sum := 0
+	double := false
+	for i := len(d) - 1; i >= 0; i-- {
+		x := int(d[i])
+		if double {
+			x *= 2
+			if x > 9 {
+				x -= 9
+			}
+		}
+		sum += x
+		double = !double
+	}
+	return sum%10 == 0
+}

@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+)
+
+const validCharge = `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`
+
+func TestDecodeChargeValid(t *testing.T) {
+	in, errs, err := decodeCharge([]byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},
+		"country":"MY","customer_id":"cus_1","description":"order 42","capture":false,"gateway":"ding","metadata":{"order":"42"}}`))
+	if err != nil {
+		t.Fatalf("valid charge refused: %v %v", err, errs)
+	}
+	if in.Amount != 1999 || in.Currency != "USD" || in.PaymentMethod.Token != "tok_visa" || in.Capture ||
+		in.Country != "MY" || in.Gateway != "ding" || in.Metadata["order"] != "42" {
+		t.Errorf("decoded %+v", in)
+	}
+	in, _, err = decodeCharge([]byte(validCharge))
+	if err != nil || !in.Capture {
+		t.Errorf("capture must default to true: %+v %v", in, err)
+	}
+	if _, _, err := decodeCharge([]byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"country":null}`)); err != nil {
+		t.Errorf("null for an optional field must read as absent: %v", err)
+	}
+}
+
+func TestDecodeChargeRefusals(t *testing.T) {
+	const card = "4242424242424242"
+	cases := []struct {
+		name, body, field string
+	}{
+		{"capture is a string", `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"t"},"capture":"true"}`, "capture"},
+		{"amount is a string", `{"amount":"1999","currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"amount has a fraction", `{"amount":1999.5,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"amount in exponent form", `{"amount":1e3,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"amount is zero", `{"amount":0,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"amount above 10^12", `{"amount":1000000000001,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"amount overflows int64", `{"amount":99999999999999999999,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"unknown field", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"colour":"blue"}`, "colour"},
+		{"field in another case", `{"Amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "Amount"},
+		{"currency lower case", `{"amount":1,"currency":"usd","payment_method":{"type":"card","token":"t"}}`, "currency"},
+		{"country too long", `{"amount":1,"currency":"USD","country":"MYS","payment_method":{"type":"card","token":"t"}}`, "country"},
+		{"trailing data", validCharge + ` trailing`, "(body)"},
+		{"two objects", validCharge + validCharge, "(body)"},
+		{"duplicate key", `{"amount":1999,"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"payment_method missing", `{"amount":1999,"currency":"USD"}`, "payment_method"},
+		{"token empty", `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":""}}`, "payment_method.token"},
+		{"type not card", `{"amount":1999,"currency":"USD","payment_method":{"type":"bank","token":"t"}}`, "payment_method.type"},
+		{"description too long", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"` + strings.Repeat("d", 501) + `"}`, "description"},
+		{"metadata value not a string", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"n":1}}`, "metadata.n"},
+		{"not an object", `[1,2]`, "(body)"},
+		{"empty body", ``, "(body)"},
+		{"broken JSON", `{"amount":`, "(body)"},
+		{"card number field", `{"amount":1,"currency":"USD","payment_method":{"type":"card","number":"` + card + `"}}`, "payment_method.number"},
+		{"card number in metadata", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"note":"` + card + `"}}`, "metadata.note"},
+		{"grouped card number", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"card 4242 4242 4242 4242"}`, "description"},
+		{"card number as a number", `{"amount":` + card + `,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"card number as a key", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"` + card + `":"x"}}`, "metadata"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs, err := decodeCharge([]byte(tc.body))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			found := false
+			for _, fe := range errs {
+				if fe.Message == "" {
+					t.Errorf("field error without a message: %+v", fe)
+				}
+				if strings.Contains(fe.Field+fe.Message, card) || strings.Contains(fe.Field+fe.Message, "4242 4242") {
+					t.Errorf("field error repeats the card number: %+v", fe)
+				}
+				if fe.Field == tc.field {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("want an error on field %q; got %+v", tc.field, errs)
+			}
+		})
+	}
+}
+
+func TestHasCardNumber(t *testing.T) {
+	cases := []struct {
+		s    string
+		want bool
+	}{
+		{"4242424242424242", true},
+		{"4242-4242-4242-4242", true},
+		{"pay 4000 0566 5566 5556 now", true},
+		{"4242424242424241", false},        // fails Luhn
+		{"424242424242", false},            // 12 digits
+		{"42424242424242424242424", false}, // 23 digits: an id, not a card
+		{"order 1234567", false},
+		{"tok_visa", false},
+		{"", false},
+	}
+	for _, tc := range cases {
+		if got := hasCardNumber(tc.s); got != tc.want {
+			t.Errorf("hasCardNumber(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+func FuzzDecodeCharge(f *testing.F) {
+	f.Add([]byte(validCharge))
+	f.Add([]byte(`{"amount":1999.5}`))
+	f.Add([]byte(`{"a":{"b":{"c":[1,2,{"d":"4242424242424242"}]}}}`))
+	f.Add([]byte(`{"amount":1,"amount":2}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, errs, err := decodeCharge(body)
+		if err == nil {
+			if len(errs) != 0 || in.Amount < 1 || in.Amount > maxAmount || !currencyPattern.MatchString(in.Currency) || in.PaymentMethod.Token == "" {
+				t.Fatalf("accepted an invalid charge: %+v", in)
+			}
+			return
+		}
+		if len(errs) == 0 {
+			t.Fatal("refused without a field error")
+		}
+	})
+}

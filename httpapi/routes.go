@@ -1,0 +1,21 @@
+package httpapi
+
+import "github.com/labstack/echo/v4"
+
+// storefrontRoutes lists every route of the storefront listener.
+func (s *server) storefrontRoutes(e *echo.Echo) {
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.POST("/charge", s.createCharge, s.requireAPIKey)
+	e.GET("/charge/:id", s.getCharge, s.requireAPIKey)
+}
+
+// adminRoutes lists every route of the admin listener.
+func (s *server) adminRoutes(e *echo.Echo) {
+	e.GET("/healthz", s.healthz)
+	e.GET("/metrics", echo.WrapHandler(s.Metrics.Handler()))
+	admin := e.Group("/admin", s.requireAdmin)
+	admin.GET("/breakers", s.listBreakers)
+	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction)
+	admin.GET("/gateways", s.listGateways)
+}

@@ -1,0 +1,224 @@
+// Package httpapi serves payrouter over HTTP with echo: the storefront API (charges, health) and
+// the admin API (metrics, breakers, gateways). routes.go lists every route; errors become
+// application/problem+json in one place (problem.go).
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/telemetry"
+)
+
+// MaxBodyBytes is the largest request body the storefront API reads.
+const MaxBodyBytes = 64 << 10
+
+// GatewayInfo is what /admin/gateways shows of a configured gateway. It has no credentials.
+type GatewayInfo struct {
+	Name    string         `json:"name"`
+	Kind    string         `json:"kind"`
+	BaseURL string         `json:"base_url"`
+	Timeout string         `json:"timeout"`
+	MaxWait string         `json:"max_wait"`
+	Breaker map[string]any `json:"breaker"`
+}
+
+// Deps is everything the servers need.
+type Deps struct {
+	APIKeys    []string
+	AdminToken string // empty: /admin/ answers 403 to everyone
+	Router     *routing.Router
+	Store      payrouter.Store
+	Domains    *resilience.Domains
+	Metrics    *telemetry.Metrics
+	Gateways   []GatewayInfo
+	// IdempotencyTTL is how long a completed answer is kept for its key.
+	IdempotencyTTL time.Duration
+	// InFlightTTL bounds how long a key stays claimed by a request that never completed (a
+	// crashed instance): a little more than the request budget.
+	InFlightTTL time.Duration
+	Log         *slog.Logger
+}
+
+type server struct {
+	Deps
+	apiKeys [][32]byte // SHA-256 of each API key: compared in constant time, never kept in clear
+}
+
+func newEcho(d Deps) (*echo.Echo, *server) {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{Deps: d}
+	for _, k := range d.APIKeys {
+		s.apiKeys = append(s.apiKeys, sha256.Sum256([]byte(k)))
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = httpErrorHandler
+	e.Use(s.requestID, s.observe, s.recover)
+	return e, s
+}
+
+// NewServer returns the storefront API handler.
+func NewServer(d Deps) http.Handler {
+	e, s := newEcho(d)
+	s.storefrontRoutes(e)
+	return e
+}
+
+// NewAdminServer returns the admin API handler.
+func NewAdminServer(d Deps) http.Handler {
+	e, s := newEcho(d)
+	s.adminRoutes(e)
+	return e
+}
+
+// requestID gives every response an X-Request-Id: the caller's when it sent a sensible one.
+func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !validRequestID(id) {
+			id = "req_" + rand.Text()
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.Set("request_id", id)
+		return next(c)
+	}
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 200 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// observe logs one line per request and feeds the request-duration histogram. It never logs a
+// body or a header value but the request id.
+func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		d := time.Since(start)
+		status := c.Response().Status
+		route := c.Request().Method + " " + c.Path()
+		if c.Path() == "" {
+			route = c.Request().Method + " (unmatched)"
+		}
+		if s.Metrics != nil && !strings.HasPrefix(c.Path(), "/metrics") {
+			s.Metrics.HTTPRequest(route, status, d)
+		}
+		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.request",
+			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
+			slog.String("route", route),
+			slog.Int("status", status),
+			slog.Int64("duration_ms", d.Milliseconds()),
+		)
+		return nil
+	}
+}
+
+// recover turns a panic into a 500 problem and a log line, and keeps the process serving.
+func (s *server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				s.Log.Error("http.panic", "request_id", c.Get("request_id"), "panic", r)
+				err = writeProblem(c, newProblem(payrouter.EInternal, "payrouter could not complete the request; it has been logged"))
+			}
+		}()
+		return next(c)
+	}
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header.
+func bearer(c echo.Context) (string, bool) {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return h[len(prefix):], true
+}
+
+// requireAPIKey lets through requests with a configured API key, and remembers which: idempotency
+// keys are scoped per API key.
+func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if ok {
+			sum := sha256.Sum256([]byte(token))
+			for _, k := range s.apiKeys {
+				if subtle.ConstantTimeCompare(sum[:], k[:]) == 1 {
+					c.Set("key_scope", scopeOf(sum))
+					return next(c)
+				}
+			}
+		}
+		return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <API key> with a configured key"))
+	}
+}
+
+// scopeOf names an API key in stored idempotency keys without revealing it.
+func scopeOf(sum [32]byte) string {
+	const hexdigits = "0123456789abcdef"
+	b := make([]byte, 16)
+	for i := range 8 {
+		b[2*i], b[2*i+1] = hexdigits[sum[i]>>4], hexdigits[sum[i]&15]
+	}
+	return string(b)
+}
+
+// requireAdmin lets through requests with the admin token; with none configured nobody passes.
+func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.AdminToken == "" {
+			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token"))
+		}
+		token, ok := bearer(c)
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) != 1 {
+			return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <admin token>"))
+		}
+		return next(c)
+	}
+}
+
+func (s *server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 when the configuration is loaded (it is, or nothing would serve) and the
+// state store answers within a second.
+func (s *server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
+	defer cancel()
+	if err := s.Store.Ping(ctx); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{
+			"status": "unavailable", "reason": "state store: " + err.Error(),
+		})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

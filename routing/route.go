@@ -1,0 +1,89 @@
+// Package routing picks the candidate gateways for a charge and runs its attempts through the
+// resilience guards: ordered failover under the safety rules of CONTRACT.md, and the resolution of
+// unknown outcomes by a status look-up at the gateway that may have charged.
+package routing
+
+import (
+	"math/rand/v2"
+	"slices"
+)
+
+// Route sends the charges it matches to its gateways. The first matching route wins.
+type Route struct {
+	Name  string
+	Match Match
+	// Gateways are tried in this order.
+	Gateways []string
+	// Split, when set, picks the first gateway by weight; the rest follow in Gateways order.
+	Split []Weight
+}
+
+// Weight is one gateway's share of a route's first choices.
+type Weight struct {
+	Gateway string
+	Weight  int
+}
+
+// Match selects charges: every set field must match (AND), any value of a list (OR).
+type Match struct {
+	Currency  []string
+	Country   []string
+	MinAmount int64 // 0: no lower bound
+	MaxAmount int64 // 0: no upper bound
+}
+
+// Matches reports whether a charge of that amount, currency and country falls under m.
+func (m Match) Matches(amount int64, currency, country string) bool {
+	if len(m.Currency) > 0 && !slices.Contains(m.Currency, currency) {
+		return false
+	}
+	if len(m.Country) > 0 && !slices.Contains(m.Country, country) {
+		return false
+	}
+	if m.MinAmount > 0 && amount < m.MinAmount {
+		return false
+	}
+	if m.MaxAmount > 0 && amount > m.MaxAmount {
+		return false
+	}
+	return true
+}
+
+// order returns the gateways to try, in order: with a split, one drawn by weight first, then the
+// others in listed order.
+func (r Route) order(rnd func(n int) int) []string {
+	if len(r.Split) == 0 {
+		return r.Gateways
+	}
+	total := 0
+	for _, w := range r.Split {
+		total += w.Weight
+	}
+	first := r.Split[0].Gateway
+	if total > 0 {
+		pick := rnd(total)
+		for _, w := range r.Split {
+			if pick < w.Weight {
+				first = w.Gateway
+				break
+			}
+			pick -= w.Weight
+		}
+	}
+	out := make([]string, 0, len(r.Gateways)+len(r.Split))
+	out = append(out, first)
+	for _, w := range r.Split {
+		if w.Gateway != first {
+			out = append(out, w.Gateway)
+		}
+	}
+	for _, g := range r.Gateways {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// randIntN is the weighted draw's source of randomness.
+func randIntN(n int) int { return rand.IntN(n) }

@@ -1,0 +1,222 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/resilience"
+)
+
+// Router runs charges through their route's gateways.
+type Router struct {
+	routes   []Route
+	gateways map[string]payrouter.Gateway
+	domains  *resilience.Domains
+	charges  payrouter.ChargeStore
+	budget   time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+	rnd      func(n int) int
+}
+
+// Config is what a Router needs.
+type Config struct {
+	Routes   []Route
+	Gateways map[string]payrouter.Gateway // adapters by configured name
+	Domains  *resilience.Domains          // breakers, bulkheads and timeouts by gateway
+	Charges  payrouter.ChargeStore
+	// Budget is request_timeout: one charge, failover and status look-ups included, never takes
+	// longer.
+	Budget time.Duration
+	Log    *slog.Logger
+}
+
+// New returns a Router. Every gateway named by a route must be in Gateways and Domains.
+func New(cfg Config) (*Router, error) {
+	for _, r := range cfg.Routes {
+		for _, g := range r.order(func(int) int { return 0 }) {
+			if cfg.Gateways[g] == nil || cfg.Domains.Guard(g, payrouter.OpCharge) == nil {
+				return nil, fmt.Errorf("route %s: gateway %q is not configured", r.Name, g)
+			}
+		}
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Router{
+		routes: cfg.Routes, gateways: cfg.Gateways, domains: cfg.Domains, charges: cfg.Charges,
+		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN,
+	}, nil
+}
+
+// Candidates returns the route name and the gateways a charge will be tried at, in order. A
+// pinned gateway is the only candidate.
+func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []string, err error) {
+	if c.PinnedGateway != "" {
+		if r.gateways[c.PinnedGateway] == nil {
+			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
+		}
+		return "", []string{c.PinnedGateway}, nil
+	}
+	for _, rt := range r.routes {
+		if rt.Match.Matches(c.Amount, c.Currency, c.Country) {
+			return rt.Name, rt.order(r.rnd), nil
+		}
+	}
+	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
+}
+
+// Charge runs a new charge: it is stored as processing before the first gateway call, then tried
+// at each candidate gateway under the failover rules, and stored with its final answer. It returns
+// the charge as stored, or a *fallback.Unavailable when no gateway could take it. The budget runs
+// from the call, and a caller that goes away does not cancel gateway calls under way: a charge cut
+// off mid-call would become an unknown outcome.
+func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
+	route, candidates, err := r.Candidates(c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
+	defer cancel()
+
+	c.Route = route
+	c.Status = payrouter.StatusProcessing
+	c.CreatedAt = r.now().UTC()
+	c.UpdatedAt = c.CreatedAt
+	if err := r.charges.SaveCharge(ctx, c); err != nil {
+		return nil, fmt.Errorf("storing charge %s before its first attempt: %w", c.ID, err)
+	}
+
+	unavailable := r.attempt(ctx, c, candidates)
+	c.UpdatedAt = r.now().UTC()
+	// The answer is stored even when the budget ran out: the caller is told about it.
+	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancelSave()
+	if err := r.charges.SaveCharge(saveCtx, c); err != nil {
+		r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+	}
+	if unavailable {
+		return c, fallback.NewUnavailable(payrouter.OpCharge, c.ID, c.Attempts, r.openUntil, r.now())
+	}
+	return c, nil
+}
+
+// attempt tries the candidates in order and leaves the charge's status set. It reports true when
+// no gateway took the charge and none may have: the charge's fallback answers.
+func (r *Router) attempt(ctx context.Context, c *payrouter.Charge, candidates []string) (unavailable bool) {
+	for _, name := range candidates {
+		gw := r.gateways[name]
+		guard := r.domains.Guard(name, payrouter.OpCharge)
+		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
+		req := payrouter.ChargeRequest{
+			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
+			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
+		}
+		res, d := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
+		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
+		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
+			a.Reference = ref // the gateway was called with it
+		}
+		c.Attempts = append(c.Attempts, a)
+		if res.Outcome != payrouter.OutcomeSucceeded {
+			r.log.Info("charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
+				"duration_ms", d.Milliseconds(), "detail", res.Detail)
+		}
+
+		if res.Outcome.MayHaveProcessed() {
+			res = r.resolve(ctx, c, gw, name, ref)
+			c.Attempts[len(c.Attempts)-1].Resolved = res.State
+			if res.State == payrouter.TxNotFound {
+				continue // the gateway never had it: safe to try the next one
+			}
+		}
+		switch res.Outcome {
+		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
+			continue
+		}
+		r.settle(c, name, ref, res)
+		return false
+	}
+	c.Status = payrouter.StatusFailed
+	return true
+}
+
+// resolve asks the gateway that may have processed a charge what became of it, within the budget.
+// A look-up that fails leaves the outcome unknown: the charge stays processing for the reconciler,
+// and nothing goes to another gateway.
+func (r *Router) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
+	guard := r.domains.Guard(name, payrouter.OpStatus)
+	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
+	res, _ := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) })
+	if res.Outcome != payrouter.OutcomeSucceeded {
+		r.log.Warn("charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
+	}
+	r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
+	return outcomeOfState(res)
+}
+
+// outcomeOfState turns what a status look-up found into the outcome the charge came to.
+func outcomeOfState(res payrouter.Result) payrouter.Result {
+	switch res.State {
+	case payrouter.TxAuthorized, payrouter.TxCaptured:
+		res.Outcome = payrouter.OutcomeSucceeded
+	case payrouter.TxDeclined:
+		res.Outcome = payrouter.OutcomeDeclined
+	case payrouter.TxNotFound:
+		res.Outcome = payrouter.OutcomeUnavailable
+	case payrouter.TxFailed:
+		res.Outcome = payrouter.OutcomeError
+	default:
+		// pending, or a state a charge attempt should not be in: not known yet.
+		res.Outcome = payrouter.OutcomePending
+	}
+	return res
+}
+
+// settle records the answer of the gateway that decided the charge.
+func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.Result) {
+	c.Gateway = gateway
+	c.Reference = ref
+	c.GatewayReference = res.GatewayReference
+	switch res.Outcome {
+	case payrouter.OutcomeSucceeded:
+		c.Status = payrouter.StatusSucceeded
+		if res.State == payrouter.TxAuthorized || (res.State == payrouter.TxUnknown && !c.Capture) {
+			c.Status = payrouter.StatusRequiresCapture
+		}
+	case payrouter.OutcomeDeclined:
+		c.Status = payrouter.StatusDeclined
+		c.DeclineCode = res.DeclineCode
+		if c.DeclineCode == "" {
+			c.DeclineCode = "declined"
+		}
+	case payrouter.OutcomeError:
+		c.Status = payrouter.StatusFailed
+	default: // pending, timeout, unknown: not known yet
+		c.Status = payrouter.StatusProcessing
+	}
+}
+
+// openUntil is when the charge breaker of a gateway reopens (zero when not open by a trip).
+func (r *Router) openUntil(gateway string) time.Time {
+	if b := r.domains.Breaker(gateway, payrouter.OpCharge); b != nil {
+		return b.OpenUntil()
+	}
+	return time.Time{}
+}
+
+// Get returns a stored charge.
+func (r *Router) Get(ctx context.Context, id string) (*payrouter.Charge, error) {
+	c, err := r.charges.Charge(ctx, id)
+	if errors.Is(err, payrouter.ErrNotFound) {
+		return nil, payrouter.Errorf(payrouter.ENotFound, "no charge %q", id)
+	}
+	return c, err
+}

@@ -1,0 +1,180 @@
+// Package telemetry is payrouter's view from outside: the Prometheus collectors of CONTRACT.md on
+// a registry of our own, and the slog set-up.
+package telemetry
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
+)
+
+// Metrics holds every collector payrouter exports. It implements resilience.Observer, so the
+// guards report to it directly.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	breakerState       *prometheus.GaugeVec
+	breakerFailures    *prometheus.CounterVec
+	breakerTransitions *prometheus.CounterVec
+	breakerRejections  *prometheus.CounterVec
+	gatewayDuration    *prometheus.HistogramVec
+	bulkheadInFlight   *prometheus.GaugeVec
+	bulkheadCapacity   *prometheus.GaugeVec
+	bulkheadRejections *prometheus.CounterVec
+	charges            *prometheus.CounterVec
+	fallbacks          *prometheus.CounterVec
+	httpDuration       *prometheus.HistogramVec
+}
+
+// gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
+var gatewayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30}
+
+// NewMetrics registers every collector on a new registry, with the Go and process collectors.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "circuit_breaker_state",
+			Help: "State of each breaker: 0 closed, 1 open, 2 half_open.",
+		}, []string{"gateway", "operation"}),
+		breakerFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "circuit_breaker_failures_total",
+			Help: "Gateway calls that counted as failures against their breaker, by outcome (unavailable, timeout, unknown).",
+		}, []string{"gateway", "operation", "outcome"}),
+		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "circuit_breaker_transitions_total",
+			Help: "Breaker state changes.",
+		}, []string{"gateway", "operation", "from", "to"}),
+		breakerRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "circuit_breaker_rejections_total",
+			Help: "Calls refused without a network call because the breaker was open.",
+		}, []string{"gateway", "operation"}),
+		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "payrouter_gateway_request_duration_seconds",
+			Help:    "Duration of gateway calls, by outcome.",
+			Buckets: gatewayBuckets,
+		}, []string{"gateway", "operation", "outcome"}),
+		bulkheadInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrouter_bulkhead_in_flight",
+			Help: "Gateway calls holding a bulkhead slot now.",
+		}, []string{"gateway"}),
+		bulkheadCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrouter_bulkhead_capacity",
+			Help: "Bulkhead slots of each gateway (max_concurrent).",
+		}, []string{"gateway"}),
+		bulkheadRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_bulkhead_rejections_total",
+			Help: "Calls refused because no bulkhead slot was free within max_wait.",
+		}, []string{"gateway"}),
+		charges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_charges_total",
+			Help: "Charges answered, by the gateway that decided them (none when no gateway took it) and status.",
+		}, []string{"gateway", "status"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_fallbacks_total",
+			Help: "Operations answered by their fallback because no gateway could take them.",
+		}, []string{"operation", "fallback"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "payrouter_http_request_duration_seconds",
+			Help:    "Duration of storefront API requests, by route and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "code"}),
+	}
+	reg.MustRegister(
+		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections,
+		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
+		m.charges, m.fallbacks, m.httpDuration,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// stateValue is the gauge value of CONTRACT.md: 0 closed, 1 open, 2 half_open.
+func stateValue(s resilience.State) float64 {
+	switch s {
+	case resilience.StateOpen:
+		return 1
+	case resilience.StateHalfOpen:
+		return 2
+	default:
+		return 0
+	}
+}
+
+// InitBreaker exports a breaker's state before anything happens to it, so that dashboards show
+// every breaker from the first scrape.
+func (m *Metrics) InitBreaker(gateway string, op payrouter.Operation, s resilience.State) {
+	m.breakerState.WithLabelValues(gateway, string(op)).Set(stateValue(s))
+}
+
+// InitBulkhead exports a gateway's bulkhead capacity and an in-flight count of zero.
+func (m *Metrics) InitBulkhead(gateway string, capacity int) {
+	m.bulkheadCapacity.WithLabelValues(gateway).Set(float64(capacity))
+	m.bulkheadInFlight.WithLabelValues(gateway).Set(0)
+}
+
+// BreakerTransition implements resilience.Observer.
+func (m *Metrics) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, _ resilience.Counts) {
+	m.breakerState.WithLabelValues(gateway, string(op)).Set(stateValue(to))
+	m.breakerTransitions.WithLabelValues(gateway, string(op), string(from), string(to)).Inc()
+}
+
+// BreakerRejected implements resilience.Observer.
+func (m *Metrics) BreakerRejected(gateway string, op payrouter.Operation) {
+	m.breakerRejections.WithLabelValues(gateway, string(op)).Inc()
+}
+
+// CallDone implements resilience.Observer: the duration of calls that reached the gateway, and
+// the failures counted against its breaker.
+func (m *Metrics) CallDone(gateway string, op payrouter.Operation, outcome payrouter.Outcome, d time.Duration) {
+	if outcome == payrouter.OutcomeBreakerOpen || outcome == payrouter.OutcomeBulkheadFull {
+		return // no call was made; the rejection counters say it
+	}
+	m.gatewayDuration.WithLabelValues(gateway, string(op), string(outcome)).Observe(d.Seconds())
+	if outcome.IsFailure() {
+		m.breakerFailures.WithLabelValues(gateway, string(op), string(outcome)).Inc()
+	}
+}
+
+// BulkheadChanged implements resilience.Observer.
+func (m *Metrics) BulkheadChanged(gateway string, inFlight, capacity int) {
+	m.bulkheadInFlight.WithLabelValues(gateway).Set(float64(inFlight))
+	m.bulkheadCapacity.WithLabelValues(gateway).Set(float64(capacity))
+}
+
+// BulkheadRejected implements resilience.Observer.
+func (m *Metrics) BulkheadRejected(gateway string) {
+	m.bulkheadRejections.WithLabelValues(gateway).Inc()
+}
+
+// ChargeAnswered counts a charge answered to the storefront; gateway is "" when none took it.
+func (m *Metrics) ChargeAnswered(gateway string, status payrouter.ChargeStatus) {
+	if gateway == "" {
+		gateway = "none"
+	}
+	m.charges.WithLabelValues(gateway, string(status)).Inc()
+}
+
+// FallbackUsed counts an operation answered by its fallback.
+func (m *Metrics) FallbackUsed(op payrouter.Operation, fallback string) {
+	m.fallbacks.WithLabelValues(string(op), fallback).Inc()
+}
+
+// HTTPRequest observes one storefront API request.
+func (m *Metrics) HTTPRequest(route string, code int, d time.Duration) {
+	m.httpDuration.WithLabelValues(route, strconv.Itoa(code)).Observe(d.Seconds())
+}
