@@ -1,0 +1,197 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Report is what `payrouter check` prints about a valid configuration: the capacity arithmetic
+// of every gateway and the warnings, things that are allowed but probably not meant.
+type Report struct {
+	RequestTimeout time.Duration
+	Gateways       []Capacity // in file order
+	Warnings       []string   // one line each, naming the field path
+}
+
+// Capacity is the arithmetic of DESIGN.md for one gateway: with every bulkhead slot held by a
+// call that runs to its timeout, the gateway completes Slots/Timeout calls per second, and any
+// traffic above that is refused (bulkhead_full) rather than queued. That is the rate to compare
+// with the shop's peak, because it is the rate the gateway gives when it is slow.
+type Capacity struct {
+	Gateway string
+	Slots   int
+	Timeout time.Duration
+	MaxWait time.Duration
+	Rate    float64 // calls per second while the gateway sits at its timeout
+	// Operations lists the operations whose timeout override gives them another rate.
+	Operations []OperationCapacity
+}
+
+// OperationCapacity is the rate of one operation whose timeout differs from its gateway's.
+type OperationCapacity struct {
+	Operation string
+	Timeout   time.Duration
+	Rate      float64
+}
+
+// Thresholds behind the "normal traffic would open this breaker" warnings.
+const (
+	typicalErrorRate    = 0.01 // gateways fail about 1% of calls on a good day
+	noisyConsecutive    = 2    // two failures in a row happen by chance at any volume
+	noisyWindowFailures = 2
+)
+
+// Check computes the capacity arithmetic and the warnings of a valid Config.
+func (c *Config) Check() Report {
+	r := Report{RequestTimeout: c.RequestTimeout}
+	inRoute := map[string]bool{}
+	for _, rt := range c.Routes {
+		for _, name := range rt.Members() {
+			inRoute[name] = true
+		}
+	}
+	warn := func(format string, args ...any) {
+		r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+	}
+	budget := c.RequestTimeout
+
+	if c.Auth.AdminToken != "" && slices.Contains(c.Auth.APIKeys, c.Auth.AdminToken) {
+		warn("auth.admin_token: same as an API key; every storefront client could use /admin/")
+	}
+
+	for _, name := range c.GatewayOrder() {
+		g := c.Gateways[name]
+		p := join("gateways", name)
+		gc := Capacity{Gateway: name, Slots: g.MaxConcurrent, Timeout: g.Timeout, MaxWait: g.MaxWait, Rate: rate(g.MaxConcurrent, g.Timeout)}
+		for _, op := range payrouter.Operations {
+			if t := g.TimeoutFor(string(op)); t != g.Timeout {
+				gc.Operations = append(gc.Operations, OperationCapacity{Operation: string(op), Timeout: t, Rate: rate(g.MaxConcurrent, t)})
+			}
+		}
+		r.Gateways = append(r.Gateways, gc)
+
+		// A call's deadline is min(timeout, what is left of request_timeout), so a longer
+		// timeout is a promise the request budget never keeps.
+		if g.Timeout > budget {
+			warn("%s.timeout: %s is longer than request_timeout %s; a call is cut off at %s at the latest, so it never uses its full timeout",
+				p, fmtDuration(g.Timeout), fmtDuration(budget), fmtDuration(budget))
+		} else if g.MaxWait > 0 && g.MaxWait+g.Timeout > budget {
+			warn("%s.max_wait: %s waiting for a slot plus the %s timeout is %s, longer than request_timeout %s; a call that waits may be cut off before %s answers",
+				p, fmtDuration(g.MaxWait), fmtDuration(g.Timeout), fmtDuration(g.MaxWait+g.Timeout), fmtDuration(budget), name)
+		}
+		for _, op := range gc.Operations {
+			if op.Timeout > budget {
+				warn("%s.operations.%s.timeout: %s is longer than request_timeout %s; the call is cut off at %s at the latest",
+					p, op.Operation, fmtDuration(op.Timeout), fmtDuration(budget), fmtDuration(budget))
+			}
+		}
+
+		b := g.Breaker
+		bp := p + ".breaker"
+		if b.ConsecutiveFailures == 0 && b.FailuresInWindow == 0 && b.FailureRate == 0 {
+			warn("%s: no trip rule (consecutive_failures, failures_in_window and failure_rate are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
+				bp, name)
+		}
+		if n := b.ConsecutiveFailures; n > 0 && n <= noisyConsecutive {
+			warn("%s.consecutive_failures: %d failure(s) in a row happen in normal traffic; the breaker would open on noise (5 is a common choice)", bp, n)
+		}
+		if n := b.FailuresInWindow; n > 0 && n <= noisyWindowFailures {
+			warn("%s.failures_in_window: %d failure(s) within %s happen in normal traffic; the breaker would open on noise", bp, n, fmtDuration(b.Window))
+		}
+		switch fr := b.FailureRate; {
+		case fr > 0 && fr <= typicalErrorRate:
+			warn("%s.failure_rate: %v is at or below a typical 1%% error rate; normal traffic would open the breaker", bp, fr)
+		case fr > 0 && b.MinRequests > 0 && fr*float64(b.MinRequests) <= 1+1e-9:
+			warn("%s.failure_rate: with min_requests %d, a single failure among the first %d calls of a window reaches %v; normal traffic would open the breaker (raise min_requests or the rate)",
+				bp, b.MinRequests, b.MinRequests, fr)
+		}
+		// Charges stuck on the slow gateway finish up to request_timeout after it opened; a
+		// shorter cooldown lets trial calls in while those are still counting against it.
+		if b.Cooldown < budget {
+			warn("%s.cooldown: %s is shorter than request_timeout %s; the breaker may go half-open while the charges that opened it are still in flight",
+				bp, fmtDuration(b.Cooldown), fmtDuration(budget))
+		}
+
+		if !inRoute[name] {
+			warn("%s: in no route; only charges that pin it with \"gateway\": %q reach it", p, name)
+		}
+	}
+
+	for i, rt := range c.Routes {
+		label := fmt.Sprintf("routes[%d] (%s)", i, display(rt.Name))
+		if rt.IsCatchAll() && i < len(c.Routes)-1 {
+			var later []string
+			for _, next := range c.Routes[i+1:] {
+				later = append(later, display(next.Name))
+			}
+			warn("%s: matches every charge but is not the last route; the routes after it are never used: %s", label, strings.Join(later, ", "))
+		}
+		if rt.Hedge != nil && len(rt.Members()) < 2 {
+			warn("%s: hedge needs a second gateway to hedge to; this route has one", label)
+		}
+	}
+	return r
+}
+
+// WriteTo prints the report for people, one gateway per line, and implements io.WriterTo.
+func (r Report) WriteTo(w io.Writer) (int64, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "request_timeout %s: the most one API request may take, failover included\n", fmtDuration(r.RequestTimeout))
+	fmt.Fprintf(&b, "capacity (bulkhead slots / timeout = the request rate a gateway holds while it sits at its timeout):\n")
+	for _, g := range r.Gateways {
+		fmt.Fprintf(&b, "  %s: %d slots / %s timeout = %s req/s while %s is at its timeout; max_wait %s\n",
+			g.Gateway, g.Slots, fmtDuration(g.Timeout), fmtRate(g.Rate), g.Gateway, fmtDuration(g.MaxWait))
+		for _, op := range g.Operations {
+			fmt.Fprintf(&b, "    %s/%s: %d slots / %s timeout = %s req/s\n",
+				g.Gateway, op.Operation, g.Slots, fmtDuration(op.Timeout), fmtRate(op.Rate))
+		}
+	}
+	if len(r.Warnings) == 0 {
+		fmt.Fprintf(&b, "no warnings\n")
+	} else {
+		fmt.Fprintf(&b, "warnings:\n")
+		for _, line := range r.Warnings {
+			fmt.Fprintf(&b, "  %s\n", line)
+		}
+	}
+	n, err := w.Write(b.Bytes())
+	return int64(n), err
+}
+
+func rate(slots int, timeout time.Duration) float64 {
+	if timeout <= 0 {
+		return 0
+	}
+	return float64(slots) / timeout.Seconds()
+}
+
+// fmtRate keeps two significant digits for small rates, where "0.0" would hide them.
+func fmtRate(r float64) string {
+	switch {
+	case r >= 100:
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	case r >= 1:
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(r, 'g', 2, 64)
+	}
+}
+
+// fmtDuration writes durations as a person would: "24h", "1h30m", "2m", not "24h0m0s".
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Validate checks a Config that already holds its defaults (Parse does both) and returns every
+// problem in a *ValidationError, or nil. It is exported for configurations built in code, such
+// as tests of other packages. kinds lists the known gateway adapter kinds; nil accepts any.
+func (c *Config) Validate(kinds []string) error {
+	if problems := validate(c, kinds, nil); len(problems) > 0 {
+		return &ValidationError{Problems: problems}
+	}
+	return nil
+}
+
+// validator collects problems, one line each, in the order a reader meets the fields.
+type validator struct {
+	c        *Config
+	bad      map[string]bool // paths the decoder could not read: their problems are said already
+	problems []string
+}
+
+func validate(c *Config, kinds []string, bad map[string]bool) []string {
+	v := &validator{c: c, bad: bad}
+	v.top()
+	v.gateways(kinds)
+	v.routes()
+	v.fallbacks()
+	return v.problems
+}
+
+// addf records a problem at path, unless the decoder already reported the value at path (or
+// one containing it): a bad duration should give one line, not also "must be > 0".
+func (v *validator) addf(path, format string, args ...any) {
+	for p := path; p != ""; {
+		if v.bad[p] {
+			return
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i <= 0 {
+			break
+		}
+		p = p[:i]
+	}
+	v.problems = append(v.problems, v.label(path)+": "+fmt.Sprintf(format, args...))
+}
+
+// label renders a path for people: a route is named by its index and its name,
+// "routes[1] (big-tickets): split.paywell".
+func (v *validator) label(path string) string {
+	rest, ok := strings.CutPrefix(path, "routes[")
+	if !ok {
+		return path
+	}
+	idx, after, ok := strings.Cut(rest, "]")
+	i, err := strconv.Atoi(idx)
+	if !ok || err != nil || i < 0 || i >= len(v.c.Routes) || v.c.Routes[i].Name == "" {
+		return path
+	}
+	label := fmt.Sprintf("routes[%d] (%s)", i, display(v.c.Routes[i].Name))
+	if after != "" {
+		label += ": " + strings.TrimPrefix(after, ".")
+	}
+	return label
+}
+
+func (v *validator) top() {
+	c := v.c
+	v.hostPort("listen", c.Listen)
+	v.hostPort("admin_listen", c.AdminListen)
+	if c.AdminListen == c.Listen {
+		v.addf("admin_listen", "same address as listen; the admin API needs its own listener")
+	}
+	v.positive("request_timeout", c.RequestTimeout)
+
+	if len(c.Auth.APIKeys) == 0 {
+		v.addf("auth.api_keys", "at least one API key is required")
+	}
+	for i, key := range c.Auth.APIKeys {
+		if strings.TrimSpace(key) == "" {
+			v.addf(fmt.Sprintf("auth.api_keys[%d]", i), "must not be empty (is its environment variable set?)")
+		}
+	}
+
+	if s := c.State.RedisURL; s != "" {
+		// The URL may hold a password: name what is wrong, never echo the value.
+		u, err := url.Parse(s)
+		switch {
+		case err != nil:
+			v.addf("state.redis_url", "not a URL (want redis://host:6379/0 or rediss://...)")
+		case u.Scheme != "redis" && u.Scheme != "rediss":
+			v.addf("state.redis_url", "must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+		case u.Host == "":
+			v.addf("state.redis_url", "needs a host (redis://host:6379/0)")
+		}
+	}
+	v.positive("idempotency.ttl", c.Idempotency.TTL)
+}
+
+func (v *validator) gateways(kinds []string) {
+	c := v.c
+	if len(c.Gateways) == 0 {
+		v.addf("gateways", "at least one gateway is required")
+	}
+	known := slices.Sorted(slices.Values(kinds))
+	for _, name := range c.GatewayOrder() {
+		g := c.Gateways[name]
+		p := join("gateways", name)
+		if !validName(name) {
+			v.addf(p, "name must be letters, digits, '-' or '_' (it labels metrics and admin paths)")
+		}
+
+		switch {
+		case g.Kind == "" && kinds == nil:
+			v.addf(p+".kind", "required")
+		case g.Kind == "":
+			v.addf(p+".kind", "required (known: %s)", strings.Join(known, ", "))
+		case kinds != nil && !slices.Contains(kinds, g.Kind):
+			v.addf(p+".kind", "unknown kind %q (known: %s)", g.Kind, strings.Join(known, ", "))
+		}
+
+		if g.BaseURL == "" {
+			v.addf(p+".base_url", "required (an absolute http:// or https:// URL)")
+		} else if u, err := url.Parse(g.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.addf(p+".base_url", "must be an absolute http:// or https:// URL")
+		}
+
+		v.positive(p+".timeout", g.Timeout)
+		if g.MaxConcurrent < 1 {
+			v.addf(p+".max_concurrent", "must be >= 1")
+		}
+		if g.MaxWait < 0 {
+			v.addf(p+".max_wait", "must be >= 0")
+		}
+		for _, op := range sortedKeys(g.Operations) {
+			if !slices.Contains(payrouter.Operations, payrouter.Operation(op)) {
+				v.addf(join(p+".operations", op), "unknown operation (known: %s)", operationList())
+			}
+			if g.Operations[op].Timeout < 0 {
+				v.addf(join(p+".operations", op)+".timeout", "must be >= 0 (0: the gateway's timeout)")
+			}
+		}
+		v.breaker(p+".breaker", g.Breaker)
+	}
+}
+
+func (v *validator) breaker(p string, b Breaker) {
+	if b.ConsecutiveFailures < 0 {
+		v.addf(p+".consecutive_failures", "must be >= 0 (0: off)")
+	}
+	if b.FailuresInWindow < 0 {
+		v.addf(p+".failures_in_window", "must be >= 0 (0: off)")
+	}
+	// Written so that NaN, which compares false with everything, is refused too.
+	if !(b.FailureRate >= 0 && b.FailureRate <= 1) {
+		v.addf(p+".failure_rate", "must be between 0 and 1 (0: off), got %v", b.FailureRate)
+	}
+	switch {
+	case b.FailureRate > 0 && b.MinRequests < 1:
+		v.addf(p+".min_requests", "must be >= 1 when failure_rate is set")
+	case b.MinRequests < 0:
+		v.addf(p+".min_requests", "must be >= 0")
+	}
+	v.positive(p+".window", b.Window)
+	v.positive(p+".cooldown", b.Cooldown)
+	if b.HalfOpenRequests < 1 {
+		v.addf(p+".half_open_requests", "must be >= 1")
+	}
+	if b.Probe != ProbeInBand && b.Probe != ProbeOutOfBand {
+		v.addf(p+".probe", "must be %s or %s, got %q", ProbeInBand, ProbeOutOfBand, b.Probe)
+	}
+	v.positive(p+".probe_interval", b.ProbeInterval)
+}
+
+func (v *validator) routes() {
+	c := v.c
+	firstUse := map[string]int{}
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		if r.Name == "" {
+			v.addf(p+".name", "required")
+		} else if j, dup := firstUse[r.Name]; dup {
+			v.addf(p, "name already used by routes[%d]", j)
+		} else {
+			firstUse[r.Name] = i
+		}
+
+		switch {
+		case v.bad[p+".gateways"] || v.bad[p+".split"]:
+			// Said already, where it could not be read.
+		case len(r.Gateways) == 0 && len(r.Split) == 0:
+			v.addf(p, "needs gateways (tried in order) or split (weighted first choice)")
+		case len(r.Gateways) > 0 && len(r.Split) > 0:
+			v.addf(p, "give gateways or split, not both")
+		}
+		seen := map[string]bool{}
+		for _, name := range r.Gateways {
+			if _, ok := c.Gateways[name]; !ok {
+				v.addf(p, "gateway %q is not configured", name)
+			}
+			if seen[name] {
+				v.addf(p, "gateway %q is listed twice", name)
+			}
+			seen[name] = true
+		}
+		// With gateways as well, split is refused above; its names need no second complaint.
+		if len(r.Gateways) == 0 {
+			for _, name := range r.Members() {
+				if _, ok := c.Gateways[name]; !ok {
+					v.addf(p, "split: gateway %q is not configured", name)
+				}
+				if w := r.Split[name]; w <= 0 {
+					v.addf(join(p+".split", name), "weight must be > 0, got %d", w)
+				}
+			}
+		}
+
+		v.match(p+".match", r.Match)
+
+		if r.Hedge != nil {
+			if d, err := time.ParseDuration(r.Hedge.After); r.Hedge.After != HedgeP95 && (err != nil || d <= 0) {
+				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %q", HedgeP95, r.Hedge.After)
+			}
+		}
+	}
+}
+
+func (v *validator) match(p string, m Match) {
+	for i, cur := range m.Currency {
+		if !upperLetters(cur, 3) {
+			v.addf(fmt.Sprintf("%s.currency[%d]", p, i), "%q is not a currency code (ISO 4217: 3 upper-case letters)", cur)
+		}
+	}
+	for i, country := range m.Country {
+		if !upperLetters(country, 2) {
+			v.addf(fmt.Sprintf("%s.country[%d]", p, i), "%q is not a country code (ISO 3166 alpha-2: 2 upper-case letters)", country)
+		}
+	}
+	if m.MinAmount < 0 {
+		v.addf(p+".min_amount", "must be >= 0 (0: no lower bound)")
+	}
+	if m.MaxAmount < 0 {
+		v.addf(p+".max_amount", "must be >= 0 (0: no upper bound)")
+	}
+	if m.MinAmount > 0 && m.MaxAmount > 0 && m.MinAmount > m.MaxAmount {
+		v.addf(p, "min_amount %d is above max_amount %d; no charge can match", m.MinAmount, m.MaxAmount)
+	}
+}
+
+func (v *validator) fallbacks() {
+	f := v.c.Fallbacks
+	if f.Charge != FallbackFail {
+		v.addf("fallbacks.charge", "must be %s, got %q", FallbackFail, f.Charge)
+	}
+	if f.Refund != FallbackQueue && f.Refund != FallbackFail {
+		v.addf("fallbacks.refund", "must be %s or %s, got %q", FallbackQueue, FallbackFail, f.Refund)
+	}
+	if f.Status != FallbackDegrade && f.Status != FallbackFail {
+		v.addf("fallbacks.status", "must be %s or %s, got %q", FallbackDegrade, FallbackFail, f.Status)
+	}
+}
+
+func (v *validator) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.addf(path, "must be > 0")
+	}
+}
+
+// hostPort checks a listener address: a port number, with an optional host.
+func (v *validator) hostPort(path, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var n int
+		n, err = strconv.Atoi(port)
+		if err == nil && (n < 0 || n > 65535) {
+			err = fmt.Errorf("port out of range")
+		}
+	}
+	if err != nil {
+		v.addf(path, "%q is not host:port (e.g. \":8080\" or \"127.0.0.1:8080\")", addr)
+	}
+}
+
+func upperLetters(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func operationList() string {
+	names := make([]string, len(payrouter.Operations))
+	for i, op := range payrouter.Operations {
+		names[i] = string(op)
+	}
+	return strings.Join(names, ", ")
+}
