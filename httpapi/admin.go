@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/resilience"
 )
 
@@ -89,7 +90,7 @@ func (s *server) breakerAction(c echo.Context) error {
 
 // gatewayView is one gateway in GET /admin/gateways.
 type gatewayView struct {
-	GatewayInfo
+	config.GatewaySummary
 	Bulkhead struct {
 		Capacity int `json:"capacity"`
 		InFlight int `json:"in_flight"`
@@ -100,7 +101,7 @@ type gatewayView struct {
 func (s *server) listGateways(c echo.Context) error {
 	out := make([]gatewayView, 0, len(s.Gateways))
 	for _, g := range s.Gateways {
-		v := gatewayView{GatewayInfo: g}
+		v := gatewayView{GatewaySummary: g}
 		if bh := s.Domains.Bulkhead(g.Name); bh != nil {
 			v.Bulkhead.Capacity, v.Bulkhead.InFlight = bh.Capacity(), bh.InFlight()
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
 	"github.com/payrouter/payrouter/telemetry"
@@ -23,16 +24,6 @@ import (
 
 // MaxBodyBytes is the largest request body the storefront API reads.
 const MaxBodyBytes = 64 << 10
-
-// GatewayInfo is what /admin/gateways shows of a configured gateway. It has no credentials.
-type GatewayInfo struct {
-	Name    string         `json:"name"`
-	Kind    string         `json:"kind"`
-	BaseURL string         `json:"base_url"`
-	Timeout string         `json:"timeout"`
-	MaxWait string         `json:"max_wait"`
-	Breaker map[string]any `json:"breaker"`
-}
 
 // Deps is everything the servers need.
 type Deps struct {
@@ -42,7 +33,7 @@ type Deps struct {
 	Store      payrouter.Store
 	Domains    *resilience.Domains
 	Metrics    *telemetry.Metrics
-	Gateways   []GatewayInfo
+	Gateways   []config.GatewaySummary // for /admin/gateways: no credentials
 	// IdempotencyTTL is how long a completed answer is kept for its key.
 	IdempotencyTTL time.Duration
 	// InFlightTTL bounds how long a key stays claimed by a request that never completed (a
