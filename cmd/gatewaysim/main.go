@@ -1,0 +1,157 @@
+// Command gatewaysim runs the three simulated gateways (paywell, ding, tranglo) as real HTTP
+// servers, each on its own address, each with its control API under /_sim/ (CONTRACT.md, Gateway
+// simulator control API):
+//
+//	gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103
+//
+// The defaults are the addresses the demo configuration uses. It logs one JSON line per listener
+// when it starts and one per control call; SIGINT or SIGTERM stops it, hung calls included.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/payrouter/payrouter/gateways/ding/dingsim"
+	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
+	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/gateways/tranglo/tranglosim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &usage):
+		fmt.Fprintln(os.Stderr, "gatewaysim:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "gatewaysim:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a command line that cannot be run.
+type usageError struct{ error }
+
+// shutdownGrace bounds how long a stop waits for calls in progress. Hung and delayed calls are let
+// go at once (sim.Server.Close), so only ordinary ones can take this long.
+const shutdownGrace = 5 * time.Second
+
+// gateway is one simulated gateway and its server.
+type gateway struct {
+	name string
+	sim  *sim.Server
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// run serves the three fakes until ctx is done or one server fails.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gatewaysim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: gatewaysim [-paywell ADDR] [-ding ADDR] [-tranglo ADDR]")
+		fs.PrintDefaults()
+	}
+	addrs := []struct {
+		name string
+		addr *string
+		new  func() *sim.Server
+	}{
+		{"paywell", fs.String("paywell", "127.0.0.1:9101", "listen address of the simulated Paywell (Stripe-like)"), paywellsim.New},
+		{"ding", fs.String("ding", "127.0.0.1:9102", "listen address of the simulated Ding (DingConnect-like)"), dingsim.New},
+		{"tranglo", fs.String("tranglo", "127.0.0.1:9103", "listen address of the simulated Tranglo (GloRemit-like)"), tranglosim.New},
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	logger := slog.New(slog.NewJSONHandler(stdout, nil))
+
+	var gws []*gateway
+	closeAll := func() {
+		for _, g := range gws {
+			g.ln.Close()
+		}
+	}
+	for _, a := range addrs {
+		// Every address is bound before any is served, so a taken port fails the start-up as a
+		// whole rather than leaving a partial set running.
+		ln, err := net.Listen("tcp", *a.addr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("%s: %w", a.name, err)
+		}
+		s := a.new()
+		s.SetLogger(logger)
+		gws = append(gws, &gateway{name: a.name, sim: s, ln: ln, srv: &http.Server{
+			Handler:           s,
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       time.Minute,
+			// No WriteTimeout: a latency of 20s must be answered after 20s.
+			ErrorLog: slog.NewLogLogger(logger.Handler().WithAttrs([]slog.Attr{slog.String("gateway", a.name)}), slog.LevelWarn),
+		}})
+	}
+
+	errc := make(chan error, len(gws))
+	for _, g := range gws {
+		logger.Info("listening", "gateway", g.name, "url", "http://"+g.ln.Addr().String())
+		go func() {
+			err := g.srv.Serve(g.ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", g.name, err)
+			}
+			errc <- err
+		}()
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	logger.Info("shutting down")
+	shutdown(gws, logger)
+	return err
+}
+
+// shutdown stops the servers: hung and delayed calls are let go first, then each server drains
+// what is left for up to shutdownGrace, then closes whatever remains.
+func shutdown(gws []*gateway, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, g := range gws {
+		g.sim.Close()
+		wg.Go(func() {
+			if err := g.srv.Shutdown(ctx); err != nil {
+				logger.Warn("forced close", "gateway", g.name, "err", err.Error())
+				_ = g.srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lines collects what run writes, for reading while it runs.
+type lines struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// urls reads the "listening" log lines: gateway name to URL.
+func (l *lines) urls(t *testing.T) map[string]string {
+	t.Helper()
+	urls := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
+	for sc.Scan() {
+		var rec struct{ Msg, Gateway, URL string }
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", sc.Text(), err)
+		}
+		if rec.Msg == "listening" {
+			urls[rec.Gateway] = rec.URL
+		}
+	}
+	return urls
+}
+
+// start runs gatewaysim on free ports and waits until it logged its three listeners.
+func start(t *testing.T) (urls map[string]string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &lines{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-paywell", "127.0.0.1:0", "-ding", "127.0.0.1:0", "-tranglo", "127.0.0.1:0"}, out, io.Discard)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out.urls(t)) < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned during start-up: %v\n%s", err, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("three listeners not logged within 10s:\n%s", out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				err = errors.New("run did not return within 10s of its context ending")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return out.urls(t), stop
+}
+
+func get(ctx context.Context, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+func TestRunServesTheThreeGateways(t *testing.T) {
+	urls, stop := start(t)
+	for _, name := range []string{"paywell", "ding", "tranglo"} {
+		url, ok := urls[name]
+		if !ok {
+			t.Fatalf("no listening line for %s: %v", name, urls)
+		}
+		if code, err := get(t.Context(), url+"/health"); code != 200 || err != nil {
+			t.Errorf("GET %s/health = %d, %v; want 200", url, code, err)
+		}
+		if code, err := get(t.Context(), url+"/_sim/stats"); code != 200 || err != nil {
+			t.Errorf("GET %s/_sim/stats = %d, %v; want 200", url, code, err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after its context ended: %v", err)
+	}
+	if _, err := get(t.Context(), urls["paywell"]+"/health"); err == nil {
+		t.Error("paywell still answers after run returned")
+	}
+}
+
+// TestRunStopsWithHungCalls: a call hung by mode hang does not hold up the shutdown.
+func TestRunStopsWithHungCalls(t *testing.T) {
+	urls, stop := start(t)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, urls["ding"]+"/_sim/behavior", strings.NewReader(`{"mode":"hang"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT /_sim/behavior: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	hung := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, urls["ding"]+"/api/V1/SendTransfer", strings.NewReader(`{}`))
+		req.Header["api_key"] = []string{"k"}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		hung <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, urls["ding"]+"/_sim/stats", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			InFlight int `json:"in_flight"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err == nil && st.InFlight == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hung call never showed in /_sim/stats")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	began := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if took := time.Since(began); took > shutdownGrace {
+		t.Errorf("shutdown took %v with a hung call; want it let go at once", took)
+	}
+	if err := <-hung; err == nil {
+		t.Error("the hung call got an answer; want its connection dropped")
+	}
+}
+
+func TestRunRefusesBadCommandLines(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cases := []struct {
+		name  string
+		args  []string
+		usage bool
+		want  string
+	}{
+		{"unknown flag", []string{"-stripe", "127.0.0.1:0"}, true, "flag provided but not defined"},
+		{"stray argument", []string{"serve"}, true, "unexpected arguments"},
+		{"address taken", []string{"-paywell", "127.0.0.1:0", "-ding", taken.Addr().String(), "-tranglo", "127.0.0.1:0"}, false, "ding: listen tcp"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(t.Context(), c.args, io.Discard, io.Discard)
+			var usage usageError
+			if err == nil || !strings.Contains(err.Error(), c.want) || errors.As(err, &usage) != c.usage {
+				t.Fatalf("run(%q) = %v; want an error containing %q (usage error: %v)", c.args, err, c.want, c.usage)
+			}
+		})
+	}
+	if err := run(t.Context(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("run(-h) = %v; want flag.ErrHelp", err)
+	}
+}

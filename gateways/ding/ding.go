@@ -1,0 +1,189 @@
+// Package ding is the adapter for Ding, a DingConnect-like gateway: JSON requests with an
+// `api_key` header, payrouter's reference sent as the unique `DistributorRef`, and answers that
+// are HTTP 200 whatever happened, with a ResultCode and ErrorCodes [{Code, Context}] in the body
+// and a TransferRecord whose ProcessingState is Submitted, Processing, Completed or Failed. Its
+// fake is dingsim.
+//
+// Ding's answers, and the outcomes they map to (resultOf):
+//
+//	ResultCode 1, ProcessingState Completed       succeeded (State from SettlementState)
+//	ResultCode 1, Submitted or Processing         pending
+//	ProviderRefusedRequest, or Failed             declined, the reason as decline code
+//	ProviderUnavailable, RateLimited              unavailable: not submitted, retry later
+//	ProviderTimedOut, ProviderError, ...Unknown   unknown: the provider may have acted
+//	RepeatedDistributorRef                        the existing transfer's state if the answer has it, else unknown
+//	InvalidParameter and other request codes      error
+//	HTTP 429, 503                                 unavailable
+//	HTTP 4xx                                      error
+//	HTTP 500 and other 5xx, an unreadable body    unknown
+package ding
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+)
+
+// Config is how to reach one Ding account.
+type Config struct {
+	// BaseURL is Ding's API root, e.g. "https://api.ding.example" (no default).
+	BaseURL string
+	// Credentials holds "api_key", sent in the api_key header.
+	Credentials map[string]string
+}
+
+// Client is a Ding account, reached through the *http.Client it was given. It implements
+// payrouter.Gateway and is safe for concurrent use.
+type Client struct {
+	base   *url.URL
+	apiKey string
+	http   *http.Client
+}
+
+var _ payrouter.Gateway = (*Client)(nil)
+
+// New validates cfg and returns a Client that sends its requests with client. The deadline comes
+// with each call's context, so New sets no timeout.
+func New(cfg Config, client *http.Client) (*Client, error) {
+	base, err := gatewayhttp.ParseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("ding: %w", err)
+	}
+	key, err := gatewayhttp.APIKey(cfg.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("ding: %w", err)
+	}
+	if client == nil {
+		return nil, fmt.Errorf("ding: an *http.Client is required")
+	}
+	return &Client{base: base, apiKey: key, http: client}, nil
+}
+
+// skuCode is the product payrouter buys from Ding: a card payment.
+const skuCode = "CARD"
+
+type setting struct {
+	Name  string `json:"Name"`
+	Value string `json:"Value"`
+}
+
+// sendTransferRequest is SendTransfer's body. SendValue is in minor units.
+type sendTransferRequest struct {
+	SkuCode         string    `json:"SkuCode"`
+	SendValue       int64     `json:"SendValue"`
+	SendCurrencyIso string    `json:"SendCurrencyIso"`
+	AccountNumber   string    `json:"AccountNumber"`
+	DistributorRef  string    `json:"DistributorRef"`
+	ValidateOnly    bool      `json:"ValidateOnly"`
+	AuthorizeOnly   bool      `json:"AuthorizeOnly"`
+	Settings        []setting `json:"Settings,omitempty"`
+}
+
+// operationRequest is the body of SettleTransfer, CancelTransfer and RefundTransfer.
+type operationRequest struct {
+	DistributorRef         string `json:"DistributorRef"`
+	TransferRef            string `json:"TransferRef,omitempty"`
+	OriginalDistributorRef string `json:"OriginalDistributorRef,omitempty"`
+	SendValue              int64  `json:"SendValue,omitempty"`
+	RefundValue            int64  `json:"RefundValue,omitempty"`
+}
+
+type listRequest struct {
+	DistributorRef string `json:"DistributorRef"`
+	Take           int    `json:"Take"`
+}
+
+// Authorize sends a transfer (POST /api/V1/SendTransfer); AuthorizeOnly unless req.Capture.
+func (c *Client) Authorize(ctx context.Context, req payrouter.ChargeRequest) payrouter.Result {
+	body := sendTransferRequest{
+		SkuCode: skuCode, SendValue: req.Amount, SendCurrencyIso: req.Currency, AccountNumber: req.Token,
+		DistributorRef: req.Reference, AuthorizeOnly: !req.Capture,
+	}
+	for _, s := range []setting{{"Country", req.Country}, {"CustomerId", req.CustomerID}, {"Description", req.Description}} {
+		if s.Value != "" {
+			body.Settings = append(body.Settings, s)
+		}
+	}
+	return c.call(ctx, payrouter.OpCharge, "/api/V1/SendTransfer", body)
+}
+
+// Capture settles an authorized transfer (POST /api/V1/SettleTransfer).
+func (c *Client) Capture(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	body := operationOf(req)
+	body.SendValue = req.Amount
+	return c.call(ctx, payrouter.OpCapture, "/api/V1/SettleTransfer", body)
+}
+
+// Void cancels an authorized transfer (POST /api/V1/CancelTransfer).
+func (c *Client) Void(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.call(ctx, payrouter.OpVoid, "/api/V1/CancelTransfer", operationOf(req))
+}
+
+// Refund refunds req.Amount of a settled transfer, all that is left when 0
+// (POST /api/V1/RefundTransfer).
+func (c *Client) Refund(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	body := operationOf(req)
+	body.RefundValue = req.Amount
+	return c.call(ctx, payrouter.OpRefund, "/api/V1/RefundTransfer", body)
+}
+
+// Status looks up the transfer sent with DistributorRef req.Reference (falling back to
+// req.ChargeReference) with POST /api/V1/ListTransferRecords: no item is TxNotFound.
+func (c *Client) Status(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	ref := req.Reference
+	if ref == "" {
+		ref = req.ChargeReference
+	}
+	return c.call(ctx, payrouter.OpStatus, "/api/V1/ListTransferRecords", listRequest{DistributorRef: ref, Take: 1})
+}
+
+// Health calls GET /health.
+func (c *Client) Health(ctx context.Context) error {
+	return gatewayhttp.CheckHealth(ctx, c.http, gatewayhttp.Endpoint(c.base, "/health"))
+}
+
+// operationOf names the transfer by Ding's TransferRef when we have it, else by the
+// DistributorRef it was sent with; the operation's own reference is its DistributorRef.
+func operationOf(req payrouter.TxRequest) operationRequest {
+	return operationRequest{DistributorRef: req.Reference, TransferRef: req.GatewayReference, OriginalDistributorRef: req.ChargeReference}
+}
+
+// call makes one request and maps its answer.
+func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any) payrouter.Result {
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: encoding the request: " + err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayhttp.Endpoint(c.base, path), bytes.NewReader(buf))
+	if err != nil {
+		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: building the request: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	// Ding spells its header in lower case with an underscore; set it as is rather than in
+	// Go's canonical form.
+	req.Header["api_key"] = []string{c.apiKey}
+	ans, err := gatewayhttp.Do(c.http, req)
+	if err != nil {
+		r := gatewayhttp.ResultOf(err)
+		r.Detail = "ding: " + r.Detail
+		return r
+	}
+	return resultOf(op, ans.Status, ans.Body)
+}
+
+// detail trims a gateway-provided text for Result.Detail.
+func detail(format string, args ...any) string {
+	s := "ding: " + fmt.Sprintf(format, args...)
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}

@@ -1,0 +1,243 @@
+// Package gatewayhttp is the one place where the adapters' HTTP exchanges with their gateways are
+// made and where transport failures become outcomes: what failed before the request could reach
+// the gateway is unavailable (safe to send elsewhere); what failed after it may have reached it is
+// timeout or unknown (a status look-up must say whether it was processed). Every adapter uses it,
+// so the three gateways cannot disagree about what a reset or a deadline means.
+package gatewayhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/payrouter/payrouter"
+)
+
+// MaxBody is the most of an answer that is read. A gateway's answers are a few hundred bytes; a
+// bigger one is cut (and will not parse), so a misbehaving gateway cannot make us buffer without
+// bound.
+const MaxBody = 1 << 20
+
+// Answer is a gateway's HTTP answer, read whole (up to MaxBody) and closed.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	// Truncated reports that the body was longer than MaxBody and was cut.
+	Truncated bool
+}
+
+// TransportError is an exchange that produced no complete answer, already classified.
+type TransportError struct {
+	// Outcome is unavailable (not sent), timeout (sent, no answer before the deadline) or unknown
+	// (sent, the answer was lost).
+	Outcome payrouter.Outcome
+	// Stage says how far the exchange got: "connect", "write", "answer" or "body".
+	Stage string
+	Err   error
+}
+
+// Error says the outcome, how far the exchange got, and the transport's error.
+func (e *TransportError) Error() string {
+	return fmt.Sprintf("%s (%s failed): %v", e.Outcome, e.Stage, e.Err)
+}
+
+// Unwrap returns the transport's error, so errors.Is sees context.DeadlineExceeded and the like.
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Result is the attempt result the failure stands for.
+func (e *TransportError) Result() payrouter.Result {
+	return payrouter.Result{Outcome: e.Outcome, Detail: e.Error()}
+}
+
+// progress records, from the transport's own callbacks, how far a request got. The callbacks run
+// on the transport's goroutines, hence the atomics.
+type progress struct {
+	gotConn    atomic.Bool  // a connection was handed to this request: bytes may follow
+	wrote      atomic.Bool  // WroteRequest was called: the request is in the connection's buffer
+	writeError atomic.Value // the error WroteRequest reported, when it did
+}
+
+// Do sends req, whose context carries the deadline, with client and reads the whole answer. The
+// error is nil or a *TransportError.
+func Do(client *http.Client, req *http.Request) (*Answer, error) {
+	p := &progress{}
+	trace := &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err != nil {
+				p.writeError.Store(info.Err)
+			}
+			p.wrote.Store(true)
+		},
+	}
+	ctx := req.Context()
+	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, classify(ctx, p, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
+	if err != nil {
+		// The status line arrived, so the gateway had the request: whatever the body would have
+		// said is lost.
+		out := payrouter.OutcomeUnknown
+		if ctx.Err() != nil || isTimeout(err) {
+			out = payrouter.OutcomeTimeout
+		}
+		return nil, &TransportError{Outcome: out, Stage: "body", Err: err}
+	}
+	a := &Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}
+	if len(body) > MaxBody {
+		a.Body, a.Truncated = body[:MaxBody], true
+	}
+	return a, nil
+}
+
+// classify maps a failed client.Do to an outcome by how far the request got. Only two things
+// prove a request did not reach the gateway: no connection was ever handed to it, or writing it
+// failed. WroteRequest without an error means the request went into the connection's buffer,
+// which the transport flushes afterwards, so it is not proof of delivery either way; and a
+// connection handed over without WroteRequest may have lost a race with the connection closing,
+// or not: from outside it cannot be told, so it counts as possibly sent. Calling a request that
+// was not sent "unknown" costs a status look-up; calling one that was sent "unavailable" may
+// charge a card twice.
+func classify(ctx context.Context, p *progress, err error) *TransportError {
+	writeErr, _ := p.writeError.Load().(error)
+	switch {
+	case !p.gotConn.Load():
+		// No connection was ever handed to the request (refused, DNS, dial timeout, a deadline
+		// that passed while dialing): not one byte reached the gateway.
+		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "connect", Err: err}
+	case p.wrote.Load() && writeErr != nil:
+		// The request could not be written whole; a gateway cannot act on half a request.
+		// (Small requests fail in the transport's flush instead, which is not reported here:
+		// they land below, as possibly sent.)
+		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "write", Err: err}
+	case ctx.Err() != nil || isTimeout(err):
+		// Sent (or, with a connection in hand, possibly being sent) and the deadline passed first:
+		// the gateway may be processing it right now.
+		return &TransportError{Outcome: payrouter.OutcomeTimeout, Stage: "answer", Err: err}
+	default:
+		// Reset, EOF, a malformed answer after the request went out: it may have been processed.
+		return &TransportError{Outcome: payrouter.OutcomeUnknown, Stage: "answer", Err: err}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// ResultOf is the attempt result of an error Do returned.
+func ResultOf(err error) payrouter.Result {
+	var te *TransportError
+	if errors.As(err, &te) {
+		return te.Result()
+	}
+	// Do returns nothing else; should that change, not knowing is the safe answer.
+	return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: err.Error()}
+}
+
+// CheckHealth calls a gateway's health endpoint with GET and reports an error unless it answers
+// 2xx. It is what an out-of-band probe sees.
+func CheckHealth(ctx context.Context, client *http.Client, healthURL string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthURL, nil)
+	if err != nil {
+		return err
+	}
+	a, err := Do(client, req)
+	if err != nil {
+		return err
+	}
+	if a.Status/100 != 2 {
+		return fmt.Errorf("health %s: HTTP %d", healthURL, a.Status)
+	}
+	return nil
+}
+
+// ParseBaseURL validates a gateway's base URL: absolute http or https, a host, no query or
+// fragment. The path, if any, is kept and the API paths are appended to it.
+func ParseBaseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("base_url is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("base_url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("base_url %q: scheme must be http or https", raw)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("base_url %q: no host", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("base_url %q: must have no query or fragment", raw)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// APIKey returns credentials["api_key"], or an error naming what is missing. It never puts the
+// key in the error.
+func APIKey(credentials map[string]string) (string, error) {
+	k := credentials["api_key"]
+	if strings.TrimSpace(k) == "" {
+		return "", errors.New("credentials.api_key is required")
+	}
+	return k, nil
+}
+
+// Endpoint joins a validated base URL and an API path (which starts with "/").
+func Endpoint(base *url.URL, path string) string {
+	u := *base
+	u.Path = base.Path + path
+	return u.String()
+}
+
+// maxCode bounds a normalised code: it comes from the gateway's answer and ends up in logs,
+// metrics-adjacent fields and API answers.
+const maxCode = 64
+
+// SnakeCase normalises a gateway's reason ("DoNotHonour", "card-declined", "Do not honour") to
+// the lower snake case payrouter reports decline codes in, at most 64 bytes of [a-z0-9_].
+func SnakeCase(s string) string {
+	var b strings.Builder
+	prevLower := false
+	pendingSep := false
+	for _, r := range strings.TrimSpace(s) {
+		switch {
+		case r >= 'A' && r <= 'Z':
+			if prevLower || pendingSep {
+				if b.Len() > 0 {
+					b.WriteByte('_')
+				}
+			}
+			b.WriteRune(r + ('a' - 'A'))
+			prevLower, pendingSep = false, false
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			if pendingSep && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r)
+			prevLower, pendingSep = true, false
+		default:
+			pendingSep = true
+			prevLower = false
+		}
+		if b.Len() >= maxCode {
+			break
+		}
+	}
+	return strings.TrimRight(b.String()[:min(b.Len(), maxCode)], "_")
+}

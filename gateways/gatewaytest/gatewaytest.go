@@ -1,0 +1,559 @@
+// Package gatewaytest is the conformance suite every gateway adapter must pass against its own
+// fake: each behavior mode of package sim, over real loopback sockets, must come out as the same
+// payrouter.Outcome whatever the wire format. An adapter's test calls Run with an Adapter.
+package gatewaytest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/sim"
+)
+
+// Adapter is one adapter under test, with its fake.
+type Adapter struct {
+	// Name names the adapter in test names and messages.
+	Name string
+	// NewServer returns a fresh fake of the gateway, in normal mode with an empty ledger.
+	NewServer func() *sim.Server
+	// NewClient returns the adapter for the gateway at baseURL, sending through client.
+	NewClient func(baseURL string, client *http.Client) (payrouter.Gateway, error)
+}
+
+// Timings of the suite. A deadline of short against a latency of latency must come out as a
+// timeout even on a starved machine running -race, where a timer can fire most of a second late;
+// nothing ever waits the latency out (the client gives up, the fake stops waiting), so it costs
+// nothing to make it long.
+const (
+	generous = 10 * time.Second       // a deadline that is never reached
+	short    = 100 * time.Millisecond // a deadline that is meant to pass
+	latency  = 3 * time.Second        // a slow gateway: far beyond short
+	slight   = 50 * time.Millisecond  // a latency that a generous deadline easily covers
+)
+
+// Run runs the conformance suite for a, each case in parallel with its own fake and transport.
+func Run(t *testing.T, a Adapter) {
+	cases := []struct {
+		name string
+		run  func(*testing.T, *env)
+	}{
+		{"normal/capture", testCapture},
+		{"normal/authorize_then_capture", testAuthorizeThenCapture},
+		{"normal/capture_by_reference", testCaptureByReference},
+		{"normal/void", testVoid},
+		{"normal/refund", testRefund},
+		{"normal/same_reference_twice", testSameReferenceTwice},
+		{"normal/status_not_found", testStatusNotFound},
+		{"normal/operation_on_unknown_charge", testOperationOnUnknownCharge},
+		{"normal/stats", testStats},
+		{"normal/health", testHealth},
+		{"decline/token", testDeclineToken},
+		{"decline/decline_all", testDeclineAll},
+		{"latency/answer_within_deadline", testLatencyWithinDeadline},
+		{"latency/timeout_but_recorded", testLatencyTimeout},
+		{"unavailable", testUnavailable},
+		{"error500", testError500},
+		{"hang", testHang},
+		{"reset", testReset},
+		{"closed_port", testClosedPort},
+		{"unreadable_answer", testUnreadableAnswer},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, start(t, a))
+		})
+	}
+}
+
+// env is one case's world: a fake on a real socket, and the adapter talking to it.
+type env struct {
+	t       *testing.T
+	adapter Adapter
+	sim     *sim.Server
+	url     string
+	client  *http.Client // the adapter's
+	gw      payrouter.Gateway
+	refs    atomic.Int64
+}
+
+func start(t *testing.T, a Adapter) *env {
+	t.Helper()
+	s := a.NewServer()
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	// Cleanups run last-in first-out: hung requests are let go before ts.Close waits for them.
+	t.Cleanup(s.Close)
+	client := newClient(t)
+	gw, err := a.NewClient(ts.URL, client)
+	if err != nil {
+		t.Fatalf("%s: NewClient(%s): %v", a.Name, ts.URL, err)
+	}
+	return &env{t: t, adapter: a, sim: s, url: ts.URL, client: client, gw: checked{gw, t, a.Name}}
+}
+
+// checked holds every result of the adapter under test to ValidResult, whatever the case
+// asserts about it.
+type checked struct {
+	g    payrouter.Gateway
+	t    *testing.T
+	name string
+}
+
+func (c checked) check(op payrouter.Operation, r payrouter.Result) payrouter.Result {
+	if err := ValidResult(op, r); err != nil {
+		c.t.Errorf("%s: %s: invalid result: %v (%+v)", c.name, op, err, r)
+	}
+	return r
+}
+
+func (c checked) Authorize(ctx context.Context, req payrouter.ChargeRequest) payrouter.Result {
+	return c.check(payrouter.OpCharge, c.g.Authorize(ctx, req))
+}
+
+func (c checked) Capture(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.check(payrouter.OpCapture, c.g.Capture(ctx, req))
+}
+
+func (c checked) Void(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.check(payrouter.OpVoid, c.g.Void(ctx, req))
+}
+
+func (c checked) Refund(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.check(payrouter.OpRefund, c.g.Refund(ctx, req))
+}
+
+func (c checked) Status(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.check(payrouter.OpStatus, c.g.Status(ctx, req))
+}
+
+func (c checked) Health(ctx context.Context) error { return c.g.Health(ctx) }
+
+// newClient is a client on its own transport, as each gateway has in payrouter, with no timeout
+// of its own: the deadline comes with the context.
+func newClient(t *testing.T) *http.Client {
+	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 10}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// ref is a new idempotency reference, unique within the case.
+func (e *env) ref() string {
+	return fmt.Sprintf("ch_conf_%d-a1", e.refs.Add(1))
+}
+
+func (e *env) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), d)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) charge(ref string, amount int64, token string, capture bool) payrouter.ChargeRequest {
+	return payrouter.ChargeRequest{Reference: ref, Amount: amount, Currency: "USD", Token: token, Capture: capture,
+		Country: "US", CustomerID: "cus_conformance", Description: "conformance " + e.adapter.Name}
+}
+
+// control calls the fake's control API over its socket, as the contract suite does.
+func (e *env) control(method, path string, body any, out any) {
+	e.t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(e.ctx(generous), method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		e.t.Fatalf("%s %s: HTTP %d", method, path, resp.StatusCode)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			e.t.Fatalf("%s %s: decoding: %v", method, path, err)
+		}
+	}
+}
+
+func (e *env) behave(mode sim.Mode, latency time.Duration, declineAll bool) {
+	e.t.Helper()
+	e.control(http.MethodPut, "/_sim/behavior", map[string]any{"mode": mode, "latency": latency.String(), "decline_all": declineAll}, nil)
+}
+
+func (e *env) ledger() []sim.Tx {
+	e.t.Helper()
+	var l struct {
+		Transactions []sim.Tx `json:"transactions"`
+	}
+	e.control(http.MethodGet, "/_sim/ledger", nil, &l)
+	return l.Transactions
+}
+
+func (e *env) stats() sim.Stats {
+	e.t.Helper()
+	var s sim.Stats
+	e.control(http.MethodGet, "/_sim/stats", nil, &s)
+	return s
+}
+
+// expectLedger fails unless the ledger holds exactly these transactions (ids not compared).
+func (e *env) expectLedger(why string, want ...sim.Tx) {
+	e.t.Helper()
+	got := e.ledger()
+	for i := range got {
+		got[i].ID = ""
+	}
+	if want == nil {
+		want = []sim.Tx{}
+	}
+	if !slices.Equal(got, want) {
+		e.t.Fatalf("%s: %s: ledger %+v, want %+v", e.adapter.Name, why, got, want)
+	}
+}
+
+func tx(ref string, amount int64, status sim.TxStatus, refunded int64) sim.Tx {
+	return sim.Tx{Reference: ref, Amount: amount, Currency: "USD", Status: status, Refunded: refunded}
+}
+
+// validOutcomes are what an adapter may answer; breaker_open and bulkhead_full are decided
+// before an adapter is called.
+var validOutcomes = []payrouter.Outcome{
+	payrouter.OutcomeSucceeded, payrouter.OutcomeDeclined, payrouter.OutcomePending,
+	payrouter.OutcomeUnavailable, payrouter.OutcomeTimeout, payrouter.OutcomeUnknown, payrouter.OutcomeError,
+}
+
+// expect fails unless r has the outcome (and, when given, the state).
+func (e *env) expect(what string, r payrouter.Result, want payrouter.Outcome, state ...payrouter.TxState) {
+	e.t.Helper()
+	if r.Outcome != want {
+		e.t.Fatalf("%s: %s: outcome %q, want %q (%+v)", e.adapter.Name, what, r.Outcome, want, r)
+	}
+	if len(state) > 0 && r.State != state[0] {
+		e.t.Fatalf("%s: %s: state %q, want %q (%+v)", e.adapter.Name, what, r.State, state[0], r)
+	}
+	if r.Outcome != payrouter.OutcomeSucceeded && r.Detail == "" {
+		e.t.Errorf("%s: %s: a %s result must say why in Detail (%+v)", e.adapter.Name, what, r.Outcome, r)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes: a wait for a state, not a sleep.
+func (e *env) eventually(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(generous)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: %s: not within %v", e.adapter.Name, what, generous)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) status(ref string) payrouter.Result {
+	return e.gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref, ChargeReference: ref, Currency: "USD"})
+}
+
+func testCapture(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1999, "tok_visa", true))
+	e.expect("charge with capture", r, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	if r.GatewayReference == "" {
+		t.Fatalf("%s: charge with capture: no GatewayReference (%+v)", e.adapter.Name, r)
+	}
+	e.expectLedger("after one captured charge", tx(ref, 1999, sim.StatusCaptured, 0))
+
+	s := e.status(ref)
+	e.expect("status of a captured charge", s, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	if s.GatewayReference != r.GatewayReference {
+		t.Errorf("%s: status GatewayReference %q, want the charge's %q", e.adapter.Name, s.GatewayReference, r.GatewayReference)
+	}
+}
+
+func testAuthorizeThenCapture(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 2500, "tok_visa", false))
+	e.expect("authorize only", r, payrouter.OutcomeSucceeded, payrouter.TxAuthorized)
+	e.expectLedger("after an authorization", tx(ref, 2500, sim.StatusAuthorized, 0))
+	e.expect("status of an authorization", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxAuthorized)
+
+	c := e.gw.Capture(e.ctx(generous), payrouter.TxRequest{Reference: ref + "-capture", ChargeReference: ref,
+		GatewayReference: r.GatewayReference, Amount: 2500, Currency: "USD"})
+	e.expect("capture", c, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	e.expectLedger("after the capture", tx(ref, 2500, sim.StatusCaptured, 0))
+	e.expect("status after the capture", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+}
+
+// testCaptureByReference: after a charge whose answer was lost, payrouter knows only the
+// reference it sent; that must be enough to act on the transaction.
+func testCaptureByReference(t *testing.T, e *env) {
+	ref := e.ref()
+	e.expect("authorize only", e.gw.Authorize(e.ctx(generous), e.charge(ref, 700, "tok_visa", false)), payrouter.OutcomeSucceeded)
+	c := e.gw.Capture(e.ctx(generous), payrouter.TxRequest{Reference: ref + "-capture", ChargeReference: ref, Amount: 700, Currency: "USD"})
+	e.expect("capture by reference only", c, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	e.expectLedger("after the capture", tx(ref, 700, sim.StatusCaptured, 0))
+}
+
+func testVoid(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1200, "tok_visa", false))
+	e.expect("authorize only", r, payrouter.OutcomeSucceeded, payrouter.TxAuthorized)
+	txr := payrouter.TxRequest{Reference: ref + "-void", ChargeReference: ref, GatewayReference: r.GatewayReference, Currency: "USD"}
+	e.expect("void", e.gw.Void(e.ctx(generous), txr), payrouter.OutcomeSucceeded, payrouter.TxVoided)
+	e.expectLedger("after the void", tx(ref, 1200, sim.StatusVoided, 0))
+	e.expect("status after the void", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxVoided)
+
+	again := txr
+	again.Reference = ref + "-capture"
+	again.Amount = 1200
+	e.expect("capture of a voided charge", e.gw.Capture(e.ctx(generous), again), payrouter.OutcomeError)
+	e.expectLedger("after a refused capture", tx(ref, 1200, sim.StatusVoided, 0))
+}
+
+func testRefund(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 2000, "tok_visa", true))
+	e.expect("charge", r, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	partial := payrouter.TxRequest{Reference: "re_conf_1", ChargeReference: ref, GatewayReference: r.GatewayReference, Amount: 500, Currency: "USD"}
+
+	e.expect("partial refund", e.gw.Refund(e.ctx(generous), partial), payrouter.OutcomeSucceeded, payrouter.TxPartiallyRefunded)
+	e.expectLedger("after a partial refund", tx(ref, 2000, sim.StatusPartiallyRefunded, 500))
+	e.expect("the same partial refund again", e.gw.Refund(e.ctx(generous), partial), payrouter.OutcomeSucceeded, payrouter.TxPartiallyRefunded)
+	e.expectLedger("after the same refund twice (refunded once)", tx(ref, 2000, sim.StatusPartiallyRefunded, 500))
+	e.expect("status after a partial refund", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxPartiallyRefunded)
+
+	rest := partial
+	rest.Reference, rest.Amount = "re_conf_2", 1500
+	e.expect("refund of the rest", e.gw.Refund(e.ctx(generous), rest), payrouter.OutcomeSucceeded, payrouter.TxRefunded)
+	e.expectLedger("after the full refund", tx(ref, 2000, sim.StatusRefunded, 2000))
+	e.expect("status after the full refund", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxRefunded)
+
+	more := partial
+	more.Reference, more.Amount = "re_conf_3", 1
+	e.expect("refund beyond the amount", e.gw.Refund(e.ctx(generous), more), payrouter.OutcomeError)
+	e.expectLedger("after a refused refund", tx(ref, 2000, sim.StatusRefunded, 2000))
+}
+
+func testSameReferenceTwice(t *testing.T, e *env) {
+	ref := e.ref()
+	first := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1500, "tok_visa", true))
+	e.expect("first charge", first, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	second := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1500, "tok_visa", true))
+	e.expect("the same charge again", second, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	if second.GatewayReference != first.GatewayReference {
+		t.Errorf("%s: the same reference twice gave two transactions: %q and %q", e.adapter.Name, first.GatewayReference, second.GatewayReference)
+	}
+	e.expectLedger("after the same reference twice", tx(ref, 1500, sim.StatusCaptured, 0))
+}
+
+func testStatusNotFound(t *testing.T, e *env) {
+	e.expect("status of a reference never sent", e.status("ch_never_sent-a1"), payrouter.OutcomeSucceeded, payrouter.TxNotFound)
+}
+
+func testOperationOnUnknownCharge(t *testing.T, e *env) {
+	txr := payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: "ch_never_sent-a1", Amount: 100, Currency: "USD"}
+	e.expect("capture of a charge never made", e.gw.Capture(e.ctx(generous), txr), payrouter.OutcomeError)
+	e.expect("void of a charge never made", e.gw.Void(e.ctx(generous), txr), payrouter.OutcomeError)
+	e.expect("refund of a charge never made", e.gw.Refund(e.ctx(generous), txr), payrouter.OutcomeError)
+	e.expectLedger("after operations on a charge never made")
+}
+
+// testStats: the counters see API calls only, not health or control calls.
+func testStats(t *testing.T, e *env) {
+	e.expect("charge", e.gw.Authorize(e.ctx(generous), e.charge(e.ref(), 100, "tok_visa", true)), payrouter.OutcomeSucceeded)
+	e.expect("status", e.status("ch_other-a1"), payrouter.OutcomeSucceeded, payrouter.TxNotFound)
+	if err := e.gw.Health(e.ctx(generous)); err != nil {
+		t.Fatalf("%s: health: %v", e.adapter.Name, err)
+	}
+	e.ledger()
+	if got := e.stats(); got != (sim.Stats{Requests: 2, InFlight: 0, MaxInFlight: 1}) {
+		t.Fatalf("%s: stats after a charge, a status look-up, a health call and control calls: %+v, want 2 requests, 0 in flight, max 1", e.adapter.Name, got)
+	}
+}
+
+func testHealth(t *testing.T, e *env) {
+	if err := e.gw.Health(e.ctx(generous)); err != nil {
+		t.Fatalf("%s: health of a normal gateway: %v", e.adapter.Name, err)
+	}
+	e.behave(sim.ModeNormal, latency, false)
+	if err := e.gw.Health(e.ctx(short)); err == nil {
+		t.Errorf("%s: health with %v latency and a %v deadline: no error", e.adapter.Name, latency, short)
+	}
+	for _, m := range []sim.Mode{sim.ModeUnavailable, sim.ModeError500, sim.ModeHang, sim.ModeReset} {
+		e.behave(m, 0, false)
+		if err := e.gw.Health(e.ctx(short)); err == nil {
+			t.Errorf("%s: health in mode %s: no error", e.adapter.Name, m)
+		}
+	}
+}
+
+func testDeclineToken(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1300, sim.DeclineToken, true))
+	e.expect("charge with "+sim.DeclineToken, r, payrouter.OutcomeDeclined, payrouter.TxDeclined)
+	if r.DeclineCode == "" || r.DeclineCode != strings.ToLower(r.DeclineCode) || strings.ContainsAny(r.DeclineCode, " -") {
+		t.Errorf("%s: decline code %q: want a non-empty lower snake case code", e.adapter.Name, r.DeclineCode)
+	}
+	e.expectLedger("after a decline (declines move no money)")
+	s := e.status(ref)
+	e.expect("status of a declined charge", s, payrouter.OutcomeSucceeded, payrouter.TxDeclined)
+	again := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1300, sim.DeclineToken, true))
+	e.expect("the declined charge again", again, payrouter.OutcomeDeclined, payrouter.TxDeclined)
+	if again.DeclineCode != r.DeclineCode {
+		t.Errorf("%s: decline code %q on the repeat, %q the first time", e.adapter.Name, again.DeclineCode, r.DeclineCode)
+	}
+}
+
+func testDeclineAll(t *testing.T, e *env) {
+	e.behave(sim.ModeNormal, 0, true)
+	r := e.gw.Authorize(e.ctx(generous), e.charge(e.ref(), 1300, "tok_visa", true))
+	e.expect("charge with decline_all", r, payrouter.OutcomeDeclined, payrouter.TxDeclined)
+	if r.DeclineCode == "" {
+		t.Errorf("%s: decline without a decline code (%+v)", e.adapter.Name, r)
+	}
+	e.expectLedger("after a decline")
+}
+
+func testLatencyWithinDeadline(t *testing.T, e *env) {
+	e.behave(sim.ModeNormal, slight, false)
+	began := time.Now()
+	ref := e.ref()
+	e.expect("charge slower than usual, within the deadline", e.gw.Authorize(e.ctx(generous), e.charge(ref, 800, "tok_visa", true)),
+		payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	if took := time.Since(began); took < slight {
+		t.Errorf("%s: answered in %v with a latency of %v", e.adapter.Name, took, slight)
+	}
+	e.expectLedger("after a slow charge", tx(ref, 800, sim.StatusCaptured, 0))
+}
+
+// testLatencyTimeout is the seed incident: the gateway processes the charge but answers after the
+// caller gave up. The caller sees a timeout; the money moved anyway; a later look-up finds it.
+func testLatencyTimeout(t *testing.T, e *env) {
+	e.behave(sim.ModeNormal, latency, false)
+	ref := e.ref()
+	began := time.Now()
+	r := e.gw.Authorize(e.ctx(short), e.charge(ref, 3001, "tok_visa", true))
+	e.expect("charge with latency beyond the deadline", r, payrouter.OutcomeTimeout)
+	if took := time.Since(began); took >= latency {
+		t.Errorf("%s: gave up after %v, the deadline was %v", e.adapter.Name, took, short)
+	}
+	e.eventually("the charge the caller gave up on is in the ledger", func() bool {
+		l := e.ledger()
+		return len(l) == 1 && l[0].Reference == ref && l[0].Amount == 3001 && l[0].Status == sim.StatusCaptured
+	})
+	e.expect("status look-up while still slow, with too short a deadline", e.gw.Status(e.ctx(short), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeTimeout)
+	e.behave(sim.ModeNormal, 0, false) // the slow spell is over
+	e.expect("status look-up once the latency has passed", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	e.expectLedger("after the timeout and the look-up", tx(ref, 3001, sim.StatusCaptured, 0))
+}
+
+// testUnavailable: the gateway's own "not processed, retry later": nothing recorded, safe to send
+// elsewhere.
+func testUnavailable(t *testing.T, e *env) {
+	e.behave(sim.ModeUnavailable, 0, false)
+	ref := e.ref()
+	e.expect("charge", e.gw.Authorize(e.ctx(generous), e.charge(ref, 1001, "tok_visa", true)), payrouter.OutcomeUnavailable)
+	txr := payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1001, Currency: "USD"}
+	e.expect("capture", e.gw.Capture(e.ctx(generous), txr), payrouter.OutcomeUnavailable)
+	e.expect("void", e.gw.Void(e.ctx(generous), txr), payrouter.OutcomeUnavailable)
+	e.expect("refund", e.gw.Refund(e.ctx(generous), txr), payrouter.OutcomeUnavailable)
+	e.expect("status", e.status(ref), payrouter.OutcomeUnavailable)
+	e.expectLedger("while unavailable")
+	if got := e.stats().Requests; got != 5 {
+		t.Errorf("%s: %d requests counted, want 5", e.adapter.Name, got)
+	}
+}
+
+// testError500: a plain 500 may have been processed (unknown); the look-up later shows it was not.
+func testError500(t *testing.T, e *env) {
+	e.behave(sim.ModeError500, 0, false)
+	ref := e.ref()
+	e.expect("charge", e.gw.Authorize(e.ctx(generous), e.charge(ref, 1002, "tok_visa", true)), payrouter.OutcomeUnknown)
+	e.expect("capture", e.gw.Capture(e.ctx(generous), payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Currency: "USD"}), payrouter.OutcomeUnknown)
+	e.expect("status while failing", e.status(ref), payrouter.OutcomeUnknown)
+	e.expectLedger("while answering 500")
+	e.behave(sim.ModeNormal, 0, false)
+	e.expect("status once recovered", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxNotFound)
+}
+
+func testHang(t *testing.T, e *env) {
+	e.behave(sim.ModeHang, 0, false)
+	ref := e.ref()
+	began := time.Now()
+	e.expect("charge", e.gw.Authorize(e.ctx(short), e.charge(ref, 1003, "tok_visa", true)), payrouter.OutcomeTimeout)
+	if took := time.Since(began); took >= latency {
+		t.Errorf("%s: a hung call returned after %v, its deadline was %v", e.adapter.Name, took, short)
+	}
+	e.expect("status", e.gw.Status(e.ctx(short), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeTimeout)
+	e.expectLedger("while hanging")
+}
+
+func testReset(t *testing.T, e *env) {
+	e.behave(sim.ModeReset, 0, false)
+	ref := e.ref()
+	e.expect("charge", e.gw.Authorize(e.ctx(generous), e.charge(ref, 1004, "tok_visa", true)), payrouter.OutcomeUnknown)
+	e.expect("refund", e.gw.Refund(e.ctx(generous), payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1, Currency: "USD"}), payrouter.OutcomeUnknown)
+	e.expect("status", e.status(ref), payrouter.OutcomeUnknown)
+	e.expectLedger("while resetting")
+}
+
+// testClosedPort: nothing listens, so nothing was sent: unavailable.
+func testClosedPort(t *testing.T, e *env) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	raw, err := e.adapter.NewClient("http://"+addr, newClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := checked{raw, t, e.adapter.Name}
+	ref := e.ref()
+	e.expect("charge to a closed port", gw.Authorize(e.ctx(generous), e.charge(ref, 1005, "tok_visa", true)), payrouter.OutcomeUnavailable)
+	e.expect("capture to a closed port", gw.Capture(e.ctx(generous), payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref}), payrouter.OutcomeUnavailable)
+	e.expect("status to a closed port", gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeUnavailable)
+	if err := gw.Health(e.ctx(generous)); err == nil {
+		t.Errorf("%s: health of a closed port: no error", e.adapter.Name)
+	}
+}
+
+// testUnreadableAnswer: a 200 that is not the gateway's answer (a proxy's page, a truncated body)
+// may hide a charge: unknown, never succeeded or unavailable.
+func testUnreadableAnswer(t *testing.T, e *env) {
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html><body>502 upstream says hello</body></html>"))
+	}))
+	t.Cleanup(garbage.Close)
+	raw, err := e.adapter.NewClient(garbage.URL, newClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := checked{raw, t, e.adapter.Name}
+	ref := e.ref()
+	txr := payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1, Currency: "USD"}
+	e.expect("charge answered with HTML", gw.Authorize(e.ctx(generous), e.charge(ref, 1006, "tok_visa", true)), payrouter.OutcomeUnknown)
+	e.expect("capture answered with HTML", gw.Capture(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+	e.expect("void answered with HTML", gw.Void(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+	e.expect("refund answered with HTML", gw.Refund(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+	e.expect("status answered with HTML", gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeUnknown)
+}

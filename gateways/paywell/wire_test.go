@@ -1,0 +1,122 @@
+package paywell
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewaytest"
+)
+
+const (
+	capturedCharge = `{"id":"ch_1","object":"charge","amount":1999,"amount_refunded":0,"captured":true,"refunded":false,"status":"succeeded"}`
+	authorized     = `{"id":"ch_1","object":"charge","amount":1999,"captured":false,"refunded":false,"status":"succeeded"}`
+	voided         = `{"id":"ch_1","object":"charge","amount":1999,"amount_refunded":1999,"captured":false,"refunded":true,"status":"succeeded"}`
+	failedCharge   = `{"id":"ch_1","object":"charge","status":"failed","failure_code":"card_declined","outcome":{"reason":"insufficient_funds"}}`
+	declined402    = `{"error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline","message":"Your card was declined.","charge":"ch_9"}}`
+	invalid400     = `{"error":{"type":"invalid_request_error","code":"parameter_missing","param":"amount","message":"Missing required param: amount."}}`
+	unavailable503 = `{"error":{"type":"api_error","code":"service_unavailable","message":"retry later"}}`
+)
+
+func TestResultOf(t *testing.T) {
+	type want struct {
+		outcome payrouter.Outcome
+		state   payrouter.TxState
+		ref     string
+		decline string
+		detail  string // a part of Detail, when it matters
+	}
+	cases := []struct {
+		name   string
+		op     payrouter.Operation
+		status int
+		body   string
+		want   want
+	}{
+		{"charge captured", payrouter.OpCharge, 200, capturedCharge, want{payrouter.OutcomeSucceeded, payrouter.TxCaptured, "ch_1", "", ""}},
+		{"charge authorized only", payrouter.OpCharge, 200, authorized, want{payrouter.OutcomeSucceeded, payrouter.TxAuthorized, "ch_1", "", ""}},
+		{"charge 200 but failed", payrouter.OpCharge, 200, failedCharge, want{payrouter.OutcomeDeclined, payrouter.TxDeclined, "ch_1", "insufficient_funds", ""}},
+		{"charge pending", payrouter.OpCharge, 200, `{"id":"ch_1","object":"charge","status":"pending"}`, want{payrouter.OutcomePending, payrouter.TxPending, "ch_1", "", ""}},
+		{"charge in a status never heard of", payrouter.OpCharge, 200, `{"id":"ch_1","object":"charge","status":"mystery"}`, want{payrouter.OutcomeUnknown, "", "", "", "mystery"}},
+		{"charge answered with HTML", payrouter.OpCharge, 200, `<html>proxy</html>`, want{payrouter.OutcomeUnknown, "", "", "", "unreadable"}},
+		{"charge answered with {}", payrouter.OpCharge, 200, `{}`, want{payrouter.OutcomeUnknown, "", "", "", "not a charge"}},
+		{"charge answered with null", payrouter.OpCharge, 200, `null`, want{payrouter.OutcomeUnknown, "", "", "", "not a charge"}},
+		{"charge answered with nothing", payrouter.OpCharge, 200, ``, want{payrouter.OutcomeUnknown, "", "", "", "unreadable"}},
+		{"charge answered with a refund", payrouter.OpCharge, 200, `{"id":"re_1","object":"refund"}`, want{payrouter.OutcomeUnknown, "", "", "", "not a charge"}},
+		{"decline", payrouter.OpCharge, 402, declined402, want{payrouter.OutcomeDeclined, payrouter.TxDeclined, "ch_9", "generic_decline", "card_error"}},
+		{"decline without decline_code", payrouter.OpCharge, 402, `{"error":{"type":"card_error","code":"expired_card"}}`, want{payrouter.OutcomeDeclined, payrouter.TxDeclined, "", "expired_card", ""}},
+		{"402 with an unreadable body", payrouter.OpCharge, 402, `Payment Required`, want{payrouter.OutcomeDeclined, payrouter.TxDeclined, "", "card_declined", ""}},
+		{"402 to a refund", payrouter.OpRefund, 402, `{"error":{"type":"invalid_request_error","code":"balance_insufficient"}}`, want{payrouter.OutcomeError, "", "", "", "balance_insufficient"}},
+		{"invalid request", payrouter.OpCharge, 400, invalid400, want{payrouter.OutcomeError, "", "", "", "Missing required param"}},
+		{"idempotency_error", payrouter.OpCharge, 400, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests..."}}`, want{payrouter.OutcomeError, "", "", "", "idempotency_error"}},
+		{"bad key", payrouter.OpCharge, 401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key"}}`, want{payrouter.OutcomeError, "", "", "", "401"}},
+		{"no such charge", payrouter.OpCapture, 404, `{"error":{"type":"invalid_request_error","code":"resource_missing"}}`, want{payrouter.OutcomeError, "", "", "", "resource_missing"}},
+		{"concurrent request with the key", payrouter.OpCharge, 409, `{"error":{"type":"idempotency_error"}}`, want{payrouter.OutcomeUnknown, "", "", "", "in progress"}},
+		{"rate limited", payrouter.OpCharge, 429, `{"error":{"type":"rate_limit_error"}}`, want{payrouter.OutcomeUnavailable, "", "", "", "not processed"}},
+		{"503, its own form", payrouter.OpCharge, 503, unavailable503, want{payrouter.OutcomeUnavailable, "", "", "", "not processed"}},
+		{"503 from a proxy", payrouter.OpCharge, 503, `<html>503</html>`, want{payrouter.OutcomeUnavailable, "", "", "", "503"}},
+		{"plain 500", payrouter.OpCharge, 500, `Internal Server Error`, want{payrouter.OutcomeUnknown, "", "", "", "may have been processed"}},
+		{"500 with an api_error", payrouter.OpCharge, 500, `{"error":{"type":"api_error","message":"oops"}}`, want{payrouter.OutcomeUnknown, "", "", "", "api_error"}},
+		{"502", payrouter.OpCharge, 502, ``, want{payrouter.OutcomeUnknown, "", "", "", "502"}},
+		{"504", payrouter.OpRefund, 504, ``, want{payrouter.OutcomeUnknown, "", "", "", "504"}},
+		{"a redirect", payrouter.OpCharge, 302, ``, want{payrouter.OutcomeUnknown, "", "", "", "302"}},
+		{"capture", payrouter.OpCapture, 200, capturedCharge, want{payrouter.OutcomeSucceeded, payrouter.TxCaptured, "ch_1", "", ""}},
+		{"void", payrouter.OpVoid, 200, voided, want{payrouter.OutcomeSucceeded, payrouter.TxVoided, "ch_1", "", ""}},
+		{"void answered with garbage", payrouter.OpVoid, 200, `{"id":`, want{payrouter.OutcomeUnknown, "", "", "", "unreadable"}},
+		{"partial refund, charge expanded", payrouter.OpRefund, 200,
+			`{"id":"re_1","object":"refund","amount":500,"status":"succeeded","charge":{"id":"ch_1","object":"charge","amount":2000,"amount_refunded":500,"captured":true,"refunded":false,"status":"succeeded"}}`,
+			want{payrouter.OutcomeSucceeded, payrouter.TxPartiallyRefunded, "ch_1", "", ""}},
+		{"full refund, charge expanded", payrouter.OpRefund, 200,
+			`{"id":"re_1","object":"refund","amount":2000,"status":"succeeded","charge":{"id":"ch_1","object":"charge","amount":2000,"amount_refunded":2000,"captured":true,"refunded":true,"status":"succeeded"}}`,
+			want{payrouter.OutcomeSucceeded, payrouter.TxRefunded, "ch_1", "", ""}},
+		{"refund, charge not expanded", payrouter.OpRefund, 200, `{"id":"re_1","object":"refund","status":"succeeded","charge":"ch_1"}`, want{payrouter.OutcomeSucceeded, payrouter.TxUnknown, "ch_1", "", ""}},
+		{"refund pending", payrouter.OpRefund, 200, `{"id":"re_1","object":"refund","status":"pending","charge":"ch_1"}`, want{payrouter.OutcomePending, payrouter.TxUnknown, "ch_1", "", ""}},
+		{"refund failed", payrouter.OpRefund, 200, `{"id":"re_1","object":"refund","status":"failed","charge":"ch_1"}`, want{payrouter.OutcomeError, "", "", "", "failed"}},
+		{"refund answered with a charge", payrouter.OpRefund, 200, capturedCharge, want{payrouter.OutcomeUnknown, "", "", "", "not a refund"}},
+		{"status: nothing found", payrouter.OpStatus, 200, `{"object":"list","data":[],"has_more":false}`, want{payrouter.OutcomeSucceeded, payrouter.TxNotFound, "", "", ""}},
+		{"status: captured", payrouter.OpStatus, 200, `{"object":"list","data":[` + capturedCharge + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxCaptured, "ch_1", "", ""}},
+		{"status: voided", payrouter.OpStatus, 200, `{"object":"list","data":[` + voided + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxVoided, "ch_1", "", ""}},
+		{"status: declined", payrouter.OpStatus, 200, `{"object":"list","data":[` + failedCharge + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxDeclined, "ch_1", "insufficient_funds", ""}},
+		{"status: a charge in a status never heard of", payrouter.OpStatus, 200, `{"object":"list","data":[{"id":"ch_1","object":"charge","status":"odd"}]}`, want{payrouter.OutcomeUnknown, "", "", "", "odd"}},
+		{"status: not a list", payrouter.OpStatus, 200, capturedCharge, want{payrouter.OutcomeUnknown, "", "", "", "not a list"}},
+		{"status: unavailable", payrouter.OpStatus, 503, unavailable503, want{payrouter.OutcomeUnavailable, "", "", "", ""}},
+		{"status: plain 500", payrouter.OpStatus, 500, ``, want{payrouter.OutcomeUnknown, "", "", "", ""}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := resultOf(c.op, c.status, []byte(c.body))
+			got := want{r.Outcome, r.State, r.GatewayReference, r.DeclineCode, c.want.detail}
+			if got != c.want || !strings.Contains(r.Detail, c.want.detail) {
+				t.Errorf("resultOf(%s, %d, %s) = %+v; want %+v", c.op, c.status, c.body, r, c.want)
+			}
+			if err := gatewaytest.ValidResult(c.op, r); err != nil {
+				t.Errorf("resultOf(%s, %d, %s) = %+v: %v", c.op, c.status, c.body, r, err)
+			}
+		})
+	}
+}
+
+// FuzzParseAnswer: whatever Paywell (or anything in its place) answers, the parser neither panics
+// nor gives a result that is not a valid one.
+func FuzzParseAnswer(f *testing.F) {
+	for _, s := range []struct {
+		status int
+		body   string
+	}{
+		{200, capturedCharge}, {200, authorized}, {200, voided}, {200, failedCharge},
+		{200, `{"object":"list","data":[` + capturedCharge + `]}`}, {200, `{"object":"list","data":[]}`},
+		{200, `{"id":"re_1","object":"refund","status":"succeeded","charge":{"id":"ch_1","object":"charge","status":"succeeded","captured":true,"amount_refunded":5}}`},
+		{402, declined402}, {400, invalid400}, {503, unavailable503}, {500, ``}, {409, `{}`}, {200, `null`}, {200, `[]`},
+	} {
+		for op := range len(payrouter.Operations) {
+			f.Add(uint8(op), s.status, []byte(s.body))
+		}
+	}
+	f.Fuzz(func(t *testing.T, op uint8, status int, body []byte) {
+		o := payrouter.Operations[int(op)%len(payrouter.Operations)]
+		r := resultOf(o, status, body)
+		if err := gatewaytest.ValidResult(o, r); err != nil {
+			t.Fatalf("resultOf(%s, %d, %q) = %+v: %v", o, status, body, r, err)
+		}
+	})
+}

@@ -1,0 +1,354 @@
+// Package sim is what the three simulated gateways share: the behavior modes that make them slow
+// or broken on demand, the request counters, the ledger of transactions, and the control API
+// (CONTRACT.md, Gateway simulator control API). Each fake (paywellsim, dingsim, tranglosim) only
+// writes its own wire format: its API handlers are registered with Server.Handle, which applies the
+// mode, the counters and the latency around them.
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DeclineToken is the payment token every fake declines, each in its own decline form.
+const DeclineToken = "tok_decline"
+
+// maxRequestBody bounds what a fake reads of a request: every real request is far smaller.
+const maxRequestBody = 1 << 20
+
+// Config is what makes one fake different from the others, as far as this package cares.
+type Config struct {
+	// Name is the gateway's name, for logs.
+	Name string
+	// TxPrefix and OpPrefix start the gateway's own transaction and operation ids.
+	TxPrefix, OpPrefix string
+	// Unavailable writes the gateway's own "not processed, retry later" answer (ModeUnavailable).
+	// It must record nothing.
+	Unavailable http.HandlerFunc
+}
+
+// Stats is what GET /_sim/stats shows: calls to the gateway's own API, never health or control
+// calls.
+type Stats struct {
+	Requests    int64 `json:"requests"`
+	InFlight    int64 `json:"in_flight"`
+	MaxInFlight int64 `json:"max_in_flight"`
+}
+
+// Server is one simulated gateway: an http.Handler serving the fake's API, GET /health and the
+// control API under /_sim/, with the ledger and behavior reachable from Go for tests. It is safe
+// for concurrent use.
+type Server struct {
+	name        string
+	unavailable http.HandlerFunc
+	mux         *http.ServeMux
+	ledger      *Ledger
+	logger      atomic.Pointer[slog.Logger]
+
+	mu       sync.Mutex
+	behavior Behavior
+	stats    Stats
+	// gen counts resets: a request counts in_flight only in the generation it started in, so a
+	// reset while a call hangs leaves the new counters at zero rather than going negative.
+	gen uint64
+
+	done      chan struct{} // closed by Close: hung and delayed requests let go
+	closeOnce sync.Once
+}
+
+// New returns a fake with an empty ledger, in normal mode, serving the control API and
+// GET /health. The fake's API is added with Handle.
+func New(cfg Config) *Server {
+	s := &Server{
+		name:        cfg.Name,
+		unavailable: cfg.Unavailable,
+		mux:         http.NewServeMux(),
+		ledger:      NewLedger(cfg.TxPrefix, cfg.OpPrefix),
+		behavior:    Behavior{Mode: ModeNormal},
+		done:        make(chan struct{}),
+	}
+	if s.unavailable == nil {
+		s.unavailable = func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "service unavailable, not processed: retry later", http.StatusServiceUnavailable)
+		}
+	}
+	s.logger.Store(slog.New(slog.DiscardHandler))
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /_sim/behavior", s.getBehavior)
+	s.mux.HandleFunc("PUT /_sim/behavior", s.putBehavior)
+	s.mux.HandleFunc("GET /_sim/stats", s.getStats)
+	s.mux.HandleFunc("GET /_sim/ledger", s.getLedger)
+	s.mux.HandleFunc("POST /_sim/reset", s.postReset)
+	return s
+}
+
+// Name is the gateway's name.
+func (s *Server) Name() string { return s.name }
+
+// SetLogger sets where control calls (behavior changes, resets) are logged; none by default.
+func (s *Server) SetLogger(l *slog.Logger) { s.logger.Store(l) }
+
+// ServeHTTP serves the fake's API, GET /health and the control API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Handle registers one of the fake's API handlers under an http.ServeMux pattern
+// ("POST /v1/charges"). Every call is counted and goes through the mode: the handler runs only
+// in normal mode, and its answer is held back for the latency.
+func (s *Server) Handle(pattern string, h http.HandlerFunc) {
+	s.mux.Handle(pattern, s.api(h))
+}
+
+// Ledger is the fake's ledger of transactions.
+func (s *Server) Ledger() *Ledger { return s.ledger }
+
+// Behavior returns the current behavior.
+func (s *Server) Behavior() Behavior {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.behavior
+}
+
+// SetBehavior replaces the behavior. Calls already in progress keep the behavior they started
+// with.
+func (s *Server) SetBehavior(b Behavior) {
+	if b.Mode == "" {
+		b.Mode = ModeNormal
+	}
+	s.mu.Lock()
+	s.behavior = b
+	s.mu.Unlock()
+}
+
+// Declines reports whether a charge with that token is declined: the decline token, or every
+// token while DeclineAll is set.
+func (s *Server) Declines(token string) bool {
+	return token == DeclineToken || s.Behavior().DeclineAll
+}
+
+// Stats returns the counters since the last reset.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Reset sets the behavior back to normal and empties the counters and the ledger. Calls in
+// progress are not interrupted, but no longer counted.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	s.behavior = Behavior{Mode: ModeNormal}
+	s.stats = Stats{}
+	s.gen++
+	s.mu.Unlock()
+	s.ledger.Reset()
+}
+
+// Close lets go of every hung request (its connection is dropped without an answer) and of every
+// answer waiting out its latency (it is sent at once), now and from then on, so that a server
+// shutdown never waits on them. Call it before http.Server.Shutdown; it is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.done) })
+}
+
+// begin counts a call to the API; the returned func ends it.
+func (s *Server) begin() func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gen := s.gen
+	s.stats.Requests++
+	s.stats.InFlight++
+	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.stats.InFlight)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.gen == gen {
+			s.stats.InFlight--
+		}
+	}
+}
+
+// api is the middleware every API handler goes through: counters, mode, latency.
+func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer s.begin()()
+		b := s.Behavior() // the behavior when the request arrived holds for all of it
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
+		switch b.Mode {
+		case ModeHang:
+			s.hang(r)
+			return
+		case ModeReset:
+			s.reset(w, r, b.Latency)
+			return
+		}
+		rec := &recorder{header: http.Header{}}
+		switch b.Mode {
+		case ModeUnavailable:
+			s.unavailable(rec, r)
+		case ModeError500:
+			http.Error(rec, "Internal Server Error", http.StatusInternalServerError)
+		default:
+			h(rec, r) // records the transaction now, before the latency
+		}
+		// The whole body must be read for the server to notice a client that goes away.
+		_, _ = io.Copy(io.Discard, r.Body)
+		if !s.wait(r, b.Latency) {
+			panic(http.ErrAbortHandler) // the client is gone: nobody to answer
+		}
+		rec.writeTo(w)
+	}
+}
+
+// health is GET /health: what an out-of-band prober sees. It is not counted, but it behaves like
+// the gateway: slow with the latency, 503 while unavailable or failing, no answer while hung,
+// reset while resetting, so that a probe never reports healthy a gateway its customers cannot
+// use.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	b := s.Behavior()
+	switch b.Mode {
+	case ModeHang:
+		s.hang(r)
+		return
+	case ModeReset:
+		s.reset(w, r, b.Latency)
+		return
+	}
+	if !s.wait(r, b.Latency) {
+		panic(http.ErrAbortHandler)
+	}
+	if b.Mode == ModeUnavailable || b.Mode == ModeError500 {
+		WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "mode": string(b.Mode)})
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// hang waits until the client goes away or the server closes, then drops the connection without
+// an answer. The request body is read first: net/http notices a vanished client only once it has
+// read the whole request.
+func (s *Server) hang(r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	select {
+	case <-r.Context().Done():
+	case <-s.done:
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// reset reads the request, waits out the latency, then closes the connection with SO_LINGER 0,
+// so the client sees a reset after its request went out: the ambiguous failure.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request, latency time.Duration) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	if !s.wait(r, latency) {
+		panic(http.ErrAbortHandler)
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler) // HTTP/2: aborting resets the stream instead
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+// wait waits out d; it reports false when the client went away first. Close ends the wait early
+// (true): the answer is sent at once rather than hold up a shutdown.
+func (s *Server) wait(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+func (s *Server) getBehavior(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, s.Behavior())
+}
+
+func (s *Server) putBehavior(w http.ResponseWriter, r *http.Request) {
+	b, err := ParseBehavior(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	s.SetBehavior(b)
+	s.logger.Load().Info("behavior", "gateway", s.name, "mode", b.Mode, "latency", b.Latency.String(), "decline_all", b.DeclineAll)
+	WriteJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) getStats(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, s.Stats())
+}
+
+func (s *Server) getLedger(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, map[string][]Tx{"transactions": s.ledger.Transactions()})
+}
+
+func (s *Server) postReset(w http.ResponseWriter, _ *http.Request) {
+	s.Reset()
+	s.logger.Load().Info("reset", "gateway", s.name)
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "reset"})
+}
+
+// WriteJSON writes v as a JSON answer with the status. The fakes use it for every JSON answer.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding the answer: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// recorder holds a handler's answer until the latency has passed.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(p)
+}
+
+func (r *recorder) writeTo(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body.Bytes())
+}

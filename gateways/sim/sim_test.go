@@ -1,0 +1,312 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter/gateways/sim"
+)
+
+func TestParseBehavior(t *testing.T) {
+	cases := []struct {
+		body    string
+		want    sim.Behavior
+		wantErr string
+	}{
+		{`{"mode":"normal","latency":"20s","decline_all":false}`, sim.Behavior{Mode: sim.ModeNormal, Latency: 20 * time.Second}, ""},
+		{`{"mode":"hang"}`, sim.Behavior{Mode: sim.ModeHang}, ""},
+		{`{"mode":"reset","latency":"0s"}`, sim.Behavior{Mode: sim.ModeReset}, ""},
+		{`{"mode":"error500","latency":"150ms","decline_all":true}`, sim.Behavior{Mode: sim.ModeError500, Latency: 150 * time.Millisecond, DeclineAll: true}, ""},
+		{`{"latency":"1s"}`, sim.Behavior{Mode: sim.ModeNormal, Latency: time.Second}, ""},
+		{`{}`, sim.Behavior{Mode: sim.ModeNormal}, ""},
+		{`{"mode":"unavailable","latency":""}`, sim.Behavior{Mode: sim.ModeUnavailable}, ""},
+		{`{"mode":"down"}`, sim.Behavior{}, `unknown mode "down"`},
+		{`{"mode":"normal","latency":"fast"}`, sim.Behavior{}, `latency "fast"`},
+		{`{"mode":"normal","latency":"-1s"}`, sim.Behavior{}, "must not be negative"},
+		{`{"mode":"normal","latency":20}`, sim.Behavior{}, "want a JSON object"},
+		{`{"mode":"normal","colour":"blue"}`, sim.Behavior{}, `unknown field "colour"`},
+		{`{"mode":"normal"} {}`, sim.Behavior{}, "unexpected data"},
+		{`not json`, sim.Behavior{}, "want a JSON object"},
+		{``, sim.Behavior{}, "want a JSON object"},
+	}
+	for _, c := range cases {
+		got, err := sim.ParseBehavior(strings.NewReader(c.body))
+		switch {
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("ParseBehavior(%s) = %+v, %v; want an error containing %q", c.body, got, err, c.wantErr)
+		case c.wantErr == "" && (err != nil || got != c.want):
+			t.Errorf("ParseBehavior(%s) = %+v, %v; want %+v", c.body, got, err, c.want)
+		}
+	}
+}
+
+func TestBehaviorJSONRoundTrip(t *testing.T) {
+	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true}
+	data, err := json.Marshal(b)
+	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true}` {
+		t.Fatalf("Marshal = %s, %v", data, err)
+	}
+	var back sim.Behavior
+	if err := json.Unmarshal(data, &back); err != nil || back != b {
+		t.Fatalf("Unmarshal = %+v, %v; want %+v", back, err, b)
+	}
+}
+
+// fake is the smallest gateway on top of sim: POST /pay?ref=R&token=T records a charge.
+func fake(t *testing.T) (*sim.Server, string) {
+	t.Helper()
+	s := sim.New(sim.Config{Name: "test", TxPrefix: "tx_", OpPrefix: "op_", Unavailable: func(w http.ResponseWriter, _ *http.Request) {
+		sim.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "try later"})
+	}})
+	s.Handle("POST /pay", func(w http.ResponseWriter, r *http.Request) {
+		n := sim.NewTx{Reference: r.URL.Query().Get("ref"), Amount: 100, Currency: "USD", Capture: true}
+		if s.Declines(r.URL.Query().Get("token")) {
+			n.Decline = "no"
+		}
+		tx, _ := s.Ledger().Create(n)
+		sim.WriteJSON(w, http.StatusOK, tx)
+	})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(s.Close)
+	return s, ts.URL
+}
+
+type answer struct {
+	status int
+	body   string
+	err    error
+}
+
+func call(ctx context.Context, method, url, body string) answer {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), err: err}
+}
+
+func within(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls until cond holds: a wait for a state, never a fixed sleep.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestControlAPI(t *testing.T) {
+	s, url := fake(t)
+	ctx := within(t, 10*time.Second)
+
+	a := call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"unavailable","latency":"5ms","decline_all":true}`)
+	if a.status != 200 || !strings.Contains(a.body, `"mode":"unavailable"`) {
+		t.Fatalf("PUT /_sim/behavior: %+v", a)
+	}
+	if got := s.Behavior(); got != (sim.Behavior{Mode: sim.ModeUnavailable, Latency: 5 * time.Millisecond, DeclineAll: true}) {
+		t.Fatalf("behavior after PUT: %+v", got)
+	}
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true}` {
+		t.Fatalf("GET /_sim/behavior: %+v", a)
+	}
+	for _, bad := range []string{`{"mode":"sideways"}`, `{"latency":"soon"}`, `{`} {
+		a := call(ctx, "PUT", url+"/_sim/behavior", bad)
+		var e struct{ Error string }
+		if a.status != 400 || json.Unmarshal([]byte(a.body), &e) != nil || !strings.HasPrefix(e.Error, "behavior: ") {
+			t.Errorf("PUT /_sim/behavior %s: %+v; want 400 {\"error\": \"behavior: ...\"}", bad, a)
+		}
+	}
+	if s.Behavior().Mode != sim.ModeUnavailable {
+		t.Errorf("a refused PUT changed the behavior: %+v", s.Behavior())
+	}
+
+	if a := call(ctx, "POST", url+"/_sim/reset", ""); a.status != 200 {
+		t.Fatalf("POST /_sim/reset: %+v", a)
+	}
+	if got := s.Behavior(); got != (sim.Behavior{Mode: sim.ModeNormal}) {
+		t.Fatalf("behavior after reset: %+v", got)
+	}
+
+	call(ctx, "POST", url+"/pay?ref=r1&token=tok_visa", "")
+	call(ctx, "POST", url+"/pay?ref=r2&token=tok_decline", "")
+	call(ctx, "POST", url+"/pay?ref=r1&token=tok_visa", "")
+	call(ctx, "GET", url+"/health", "")
+	call(ctx, "GET", url+"/_sim/ledger", "")
+	call(ctx, "GET", url+"/nowhere", "")
+
+	a = call(ctx, "GET", url+"/_sim/stats", "")
+	if a.status != 200 || strings.TrimSpace(a.body) != `{"requests":3,"in_flight":0,"max_in_flight":1}` {
+		t.Fatalf("GET /_sim/stats: %+v; want 3 requests (API calls only)", a)
+	}
+	a = call(ctx, "GET", url+"/_sim/ledger", "")
+	want := `{"transactions":[{"reference":"r1","id":"tx_000001","amount":100,"currency":"USD","status":"captured","refunded":0}]}`
+	if a.status != 200 || strings.TrimSpace(a.body) != want {
+		t.Fatalf("GET /_sim/ledger: %+v; want %s (one transaction for r1 sent twice, the decline not listed)", a, want)
+	}
+
+	call(ctx, "POST", url+"/_sim/reset", "")
+	if a := call(ctx, "GET", url+"/_sim/ledger", ""); strings.TrimSpace(a.body) != `{"transactions":[]}` {
+		t.Errorf("ledger after reset: %s", a.body)
+	}
+	if a := call(ctx, "GET", url+"/_sim/stats", ""); strings.TrimSpace(a.body) != `{"requests":0,"in_flight":0,"max_in_flight":0}` {
+		t.Errorf("stats after reset: %s", a.body)
+	}
+	if a := call(ctx, "PUT", url+"/_sim/reset", ""); a.status != http.StatusMethodNotAllowed {
+		t.Errorf("PUT /_sim/reset: %d, want 405", a.status)
+	}
+}
+
+func TestModes(t *testing.T) {
+	cases := []struct {
+		mode       sim.Mode
+		status     int // 0: no answer (a transport error)
+		healthCode int
+		recorded   bool
+	}{
+		{sim.ModeNormal, 200, 200, true},
+		{sim.ModeUnavailable, 503, 503, false},
+		{sim.ModeError500, 500, 503, false},
+		{sim.ModeReset, 0, 0, false},
+		{sim.ModeHang, 0, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(string(c.mode), func(t *testing.T) {
+			t.Parallel()
+			s, url := fake(t)
+			s.SetBehavior(sim.Behavior{Mode: c.mode})
+			a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=r1", "amount=1")
+			if a.status != c.status || (c.status == 0) != (a.err != nil) {
+				t.Errorf("API call: %+v, want status %d", a, c.status)
+			}
+			if c.mode == sim.ModeError500 && !strings.Contains(a.body, "Internal Server Error") {
+				t.Errorf("error500 body %q: want a plain 500", a.body)
+			}
+			h := call(within(t, 300*time.Millisecond), "GET", url+"/health", "")
+			if h.status != c.healthCode {
+				t.Errorf("GET /health: %+v, want %d", h, c.healthCode)
+			}
+			if got := len(s.Ledger().Transactions()); (got == 1) != c.recorded {
+				t.Errorf("ledger holds %d transactions, want recorded=%v", got, c.recorded)
+			}
+			if got := s.Stats().Requests; got != 1 {
+				t.Errorf("requests = %d, want 1 (health not counted)", got)
+			}
+		})
+	}
+}
+
+// TestLatencyRecordsOnArrival: the transaction is recorded when the request arrives; giving up
+// early does not undo it, and the fake stops waiting for a client that has gone.
+func TestLatencyRecordsOnArrival(t *testing.T) {
+	s, url := fake(t)
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Minute})
+	a := call(within(t, 100*time.Millisecond), "POST", url+"/pay?ref=slow", "")
+	if !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Fatalf("a call with a minute of latency and a 100ms deadline: %+v", a)
+	}
+	eventually(t, "the slow charge is recorded", func() bool { return len(s.Ledger().Transactions()) == 1 })
+	eventually(t, "the fake stops waiting for the client that left", func() bool { return s.Stats().InFlight == 0 })
+}
+
+func TestLatencyDelaysTheAnswer(t *testing.T) {
+	s, url := fake(t)
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: 30 * time.Millisecond})
+	began := time.Now()
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r", ""); a.status != 200 {
+		t.Fatalf("%+v", a)
+	}
+	if took := time.Since(began); took < 30*time.Millisecond {
+		t.Errorf("answered after %v with 30ms latency", took)
+	}
+}
+
+// TestCloseReleases: Close lets go of hung calls (no answer) and of delayed answers (sent at
+// once), so a server can shut down.
+func TestCloseReleases(t *testing.T) {
+	s, url := fake(t)
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+	hung := make(chan answer, 1)
+	go func() { hung <- call(t.Context(), "POST", url+"/pay?ref=h", "") }()
+	eventually(t, "the call is in flight", func() bool { return s.Stats().InFlight == 1 })
+
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Hour})
+	delayed := make(chan answer, 1)
+	go func() { delayed <- call(t.Context(), "POST", url+"/pay?ref=d", "") }()
+	eventually(t, "both calls are in flight", func() bool { return s.Stats().InFlight == 2 })
+
+	s.Close()
+	if a := <-hung; a.err == nil {
+		t.Errorf("hung call after Close: %+v, want no answer", a)
+	}
+	if a := <-delayed; a.status != 200 {
+		t.Errorf("delayed call after Close: %+v, want its answer at once", a)
+	}
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=later", ""); a.err == nil || errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("a call that hangs after Close: %+v, want it dropped at once", a)
+	}
+}
+
+// TestMaxInFlight: the counters see calls that are in flight together, and a reset while they
+// are in flight starts from zero without going negative when they end.
+func TestMaxInFlight(t *testing.T) {
+	s := sim.New(sim.Config{Name: "test"})
+	s.Handle("POST /pay", func(w http.ResponseWriter, _ *http.Request) {})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	url := ts.URL
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() { call(ctx, "POST", fmt.Sprintf("%s/pay?ref=r%d", url, i), "") })
+	}
+	eventually(t, "5 calls in flight", func() bool { return s.Stats() == sim.Stats{Requests: 5, InFlight: 5, MaxInFlight: 5} })
+	s.Reset()
+	cancel()
+	wg.Wait()
+	ts.Close() // returns once every handler has returned
+	if st := s.Stats(); st != (sim.Stats{}) {
+		t.Fatalf("stats after a reset while 5 calls hung, then their end: %+v, want zeros", st)
+	}
+}
+
+func TestDeclines(t *testing.T) {
+	s := sim.New(sim.Config{Name: "t"})
+	if !s.Declines(sim.DeclineToken) || s.Declines("tok_visa") {
+		t.Fatal("only the decline token is declined in normal mode")
+	}
+	s.SetBehavior(sim.Behavior{DeclineAll: true})
+	if !s.Declines("tok_visa") {
+		t.Fatal("decline_all declines every token")
+	}
+	if s.Behavior().Mode != sim.ModeNormal {
+		t.Fatalf("an empty mode is normal: %+v", s.Behavior())
+	}
+}

@@ -1,0 +1,169 @@
+// Package tranglo is the adapter for Tranglo, a GloRemit-like gateway: JSON requests with an
+// X-Api-Key header, payrouter's reference sent as the `transID` (unique for 7 days), and a
+// three-digit responseCode in every answer. Its fake is tranglosim.
+//
+// Tranglo's answers, and the outcomes they map to (resultOf):
+//
+//	000                 succeeded (State from transStatus)
+//	101-108 (HTTP 403)  declined, the code named as decline code (103: do_not_honor)
+//	968                 pending
+//	967                 unknown: a suspected transaction, its outcome unknown; never retry it
+//	302, 999 (HTTP 500) unknown: a server error after the request arrived
+//	960 (HTTP 503)      unavailable: not processed, try later
+//	120                 a status look-up: TxNotFound; anything else: error
+//	2xx codes           error: our request was refused (parameters, state, amount, transID reuse)
+//	no readable code    by HTTP status: 429/503 unavailable, other 4xx error, the rest unknown
+package tranglo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+)
+
+// Config is how to reach one Tranglo account.
+type Config struct {
+	// BaseURL is Tranglo's API root, e.g. "https://gloremit.tranglo.example" (no default).
+	BaseURL string
+	// Credentials holds "api_key", sent in the X-Api-Key header.
+	Credentials map[string]string
+}
+
+// Client is a Tranglo account, reached through the *http.Client it was given. It implements
+// payrouter.Gateway and is safe for concurrent use.
+type Client struct {
+	base   *url.URL
+	apiKey string
+	http   *http.Client
+}
+
+var _ payrouter.Gateway = (*Client)(nil)
+
+// New validates cfg and returns a Client that sends its requests with client. The deadline comes
+// with each call's context, so New sets no timeout.
+func New(cfg Config, client *http.Client) (*Client, error) {
+	base, err := gatewayhttp.ParseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("tranglo: %w", err)
+	}
+	key, err := gatewayhttp.APIKey(cfg.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("tranglo: %w", err)
+	}
+	if client == nil {
+		return nil, fmt.Errorf("tranglo: an *http.Client is required")
+	}
+	return &Client{base: base, apiKey: key, http: client}, nil
+}
+
+type paymentRequest struct {
+	TransID     string `json:"transID"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	CardToken   string `json:"cardToken"`
+	CaptureMode string `json:"captureMode"`
+	CustomerID  string `json:"customerID,omitempty"`
+	Country     string `json:"country,omitempty"`
+	Remarks     string `json:"remarks,omitempty"`
+}
+
+type operationRequest struct {
+	TransID     string `json:"transID"`
+	OrigTransID string `json:"origTransID,omitempty"`
+	GloRefNo    string `json:"gloRefNo,omitempty"`
+	Amount      int64  `json:"amount,omitempty"`
+}
+
+type inquiryRequest struct {
+	TransID string `json:"transID"`
+}
+
+// Authorize makes a payment (POST /gloremit/v1/payments), captureMode AUTO when req.Capture,
+// else MANUAL.
+func (c *Client) Authorize(ctx context.Context, req payrouter.ChargeRequest) payrouter.Result {
+	mode := "MANUAL"
+	if req.Capture {
+		mode = "AUTO"
+	}
+	return c.call(ctx, payrouter.OpCharge, "/gloremit/v1/payments", paymentRequest{
+		TransID: req.Reference, Amount: req.Amount, Currency: req.Currency, CardToken: req.Token, CaptureMode: mode,
+		CustomerID: req.CustomerID, Country: req.Country, Remarks: req.Description,
+	})
+}
+
+// Capture captures an authorized payment (POST /gloremit/v1/payments/capture).
+func (c *Client) Capture(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.call(ctx, payrouter.OpCapture, "/gloremit/v1/payments/capture", operationOf(req))
+}
+
+// Void cancels an authorized payment (POST /gloremit/v1/payments/void).
+func (c *Client) Void(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	body := operationOf(req)
+	body.Amount = 0
+	return c.call(ctx, payrouter.OpVoid, "/gloremit/v1/payments/void", body)
+}
+
+// Refund refunds req.Amount of a captured payment, all that is left when 0
+// (POST /gloremit/v1/payments/refund).
+func (c *Client) Refund(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return c.call(ctx, payrouter.OpRefund, "/gloremit/v1/payments/refund", operationOf(req))
+}
+
+// Status asks for the payment sent with transID req.Reference (falling back to
+// req.ChargeReference) (POST /gloremit/v1/transaction-inquiry); code 120 is TxNotFound.
+func (c *Client) Status(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	ref := req.Reference
+	if ref == "" {
+		ref = req.ChargeReference
+	}
+	return c.call(ctx, payrouter.OpStatus, "/gloremit/v1/transaction-inquiry", inquiryRequest{TransID: ref})
+}
+
+// Health calls GET /health.
+func (c *Client) Health(ctx context.Context) error {
+	return gatewayhttp.CheckHealth(ctx, c.http, gatewayhttp.Endpoint(c.base, "/health"))
+}
+
+// operationOf names the payment by Tranglo's gloRefNo when we have it, else by the transID it was
+// sent with; the operation's own transID is its reference.
+func operationOf(req payrouter.TxRequest) operationRequest {
+	return operationRequest{TransID: req.Reference, OrigTransID: req.ChargeReference, GloRefNo: req.GatewayReference, Amount: req.Amount}
+}
+
+// call makes one request and maps its answer.
+func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any) payrouter.Result {
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: encoding the request: " + err.Error()}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayhttp.Endpoint(c.base, path), bytes.NewReader(buf))
+	if err != nil {
+		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: building the request: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Api-Key", c.apiKey)
+	ans, err := gatewayhttp.Do(c.http, req)
+	if err != nil {
+		r := gatewayhttp.ResultOf(err)
+		r.Detail = "tranglo: " + r.Detail
+		return r
+	}
+	return resultOf(op, ans.Status, ans.Body)
+}
+
+// detail builds a Result.Detail, bounded and valid UTF-8 whatever the gateway sent.
+func detail(format string, args ...any) string {
+	s := "tranglo: " + fmt.Sprintf(format, args...)
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}
