@@ -1,0 +1,77 @@
+// Command payrouter routes a storefront's payments across several gateways and keeps the shop
+// standing when one of them gets slow or fails.
+//
+//	payrouter serve -config FILE   the service
+//	payrouter check -config FILE   validate, and print each gateway's capacity arithmetic
+//	payrouter probe -config FILE   the out-of-band prober alone (needs shared state)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(os.Stderr, "payrouter:", msg)
+		}
+		os.Exit(code)
+	}
+}
+
+// exitError asks main for a particular exit code: 2 for a bad command line or configuration.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+const usage = `usage:
+  payrouter serve -config FILE   run the service
+  payrouter check -config FILE   validate a configuration and print each gateway's capacity
+  payrouter probe -config FILE   run only the out-of-band prober (needs state.redis_url)`
+
+// run is the whole program, with its environment passed in so that tests can call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError("no command given\n%s", usage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "check":
+		return check(args[1:], getenv, stdout, stderr)
+	case "probe":
+		return probe(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	default:
+		return usageError("unknown command %q\n%s", args[0], usage)
+	}
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# make run: the three simulated gateways and payrouter on the demo configuration, in the
+# foreground. Ctrl-C stops both. Ports: gateways 9101-9103, storefront 8080, admin 9090.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PAYROUTER_API_KEY="${PAYROUTER_API_KEY:-sk_test_demo}"
+export PAYROUTER_ADMIN_TOKEN="${PAYROUTER_ADMIN_TOKEN:-admin_test_demo}"
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+bin/gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103 &
+pids+=("$!")
+bin/payrouter serve -config configs/payrouter.yaml &
+pids+=("$!")
+
+for _ in $(seq 1 100); do
+  if curl -fsS -o /dev/null --max-time 1 http://127.0.0.1:8080/healthz 2>/dev/null; then break; fi
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process exited during start-up (see above)" >&2; exit 1; }; done
+  sleep 0.1
+done
+
+cat <<MSG
+
+payrouter is up: storefront http://127.0.0.1:8080, admin http://127.0.0.1:9090.
+Charge a card (paste this in another terminal):
+
+  curl -sS -X POST http://127.0.0.1:8080/charge \\
+    -H 'Authorization: Bearer $PAYROUTER_API_KEY' -H 'Content-Type: application/json' \\
+    -H "Idempotency-Key: demo-\$RANDOM" \\
+    -d '{"amount": 1999, "currency": "USD", "payment_method": {"type": "card", "token": "tok_visa"}}'
+
+Watch the breakers:  curl -sS -H 'Authorization: Bearer $PAYROUTER_ADMIN_TOKEN' http://127.0.0.1:9090/admin/breakers
+Break paywell:       curl -sS -X PUT http://127.0.0.1:9101/_sim/behavior -d '{"mode": "unavailable"}'
+Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}"
