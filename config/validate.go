@@ -77,7 +77,8 @@ func (v *validator) top() {
 	c := v.c
 	v.hostPort("listen", c.Listen)
 	v.hostPort("admin_listen", c.AdminListen)
-	if c.AdminListen == c.Listen {
+	// Port 0 asks the system for a free port: two listeners on ":0" never clash.
+	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		v.addf("admin_listen", "same address as listen; the admin API needs its own listener")
 	}
 	v.positive("request_timeout", c.RequestTimeout)
