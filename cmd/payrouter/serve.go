@@ -103,7 +103,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger) (*app, er
 		a.metrics.InitBulkhead(name, g.MaxConcurrent)
 		cooldowns[name] = g.Breaker.Cooldown
 	}
-	a.domains = resilience.NewDomains(settings, observer{Metrics: a.metrics, log: log, cooldowns: cooldowns})
+	a.domains = resilience.NewDomains(settings, telemetry.NewObserver(a.metrics, log, cooldowns))
 	for _, s := range a.domains.Snapshots() {
 		a.metrics.InitBreaker(s.Gateway, s.Operation, s.State)
 	}

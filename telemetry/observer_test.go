@@ -1,0 +1,83 @@
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
+)
+
+func TestObserverLogsAndCountsTransitions(t *testing.T) {
+	var logs bytes.Buffer
+	m := NewMetrics()
+	o := NewObserver(m, NewLogger(&logs), map[string]time.Duration{"paywell": 4 * time.Second})
+	b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 4 * time.Second}, o)
+	for range 3 {
+		done, err := b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(payrouter.OutcomeUnavailable)
+	}
+	if got := testutil.ToFloat64(m.breakerState.WithLabelValues("paywell", "charge")); got != 1 {
+		t.Errorf("circuit_breaker_state = %v, want 1 (open)", got)
+	}
+	if got := testutil.ToFloat64(m.breakerTransitions.WithLabelValues("paywell", "charge", "closed", "open")); got != 1 {
+		t.Errorf("transitions closed->open = %v, want 1", got)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(logs.String())), &line); err != nil {
+		t.Fatalf("one JSON line expected, got %q: %v", logs.String(), err)
+	}
+	want := map[string]any{
+		"msg": "circuit.opened", "level": "WARN", "breaker": "paywell/charge", "from": "closed", "to": "open",
+		"consecutive_failures": 3.0, "failures": 3.0, "cooldown_ms": 4000.0,
+	}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("log line %s = %v, want %v (line %v)", k, line[k], v, line)
+		}
+	}
+}
+
+func TestMetricsFamiliesExist(t *testing.T) {
+	m := NewMetrics()
+	m.InitBreaker("ding", payrouter.OpRefund, resilience.StateClosed)
+	m.InitBulkhead("ding", 7)
+	m.CallDone("ding", payrouter.OpCharge, payrouter.OutcomeTimeout, 2*time.Second)
+	m.CallDone("ding", payrouter.OpCharge, payrouter.OutcomeBreakerOpen, 0) // no call: no duration sample
+	m.ChargeAnswered("", payrouter.StatusFailed)
+	m.FallbackUsed(payrouter.OpCharge, "fail")
+	m.HTTPRequest("POST /charge", 503, time.Millisecond)
+	if n := testutil.CollectAndCount(m.gatewayDuration); n != 1 {
+		t.Errorf("duration series = %d, want 1 (breaker_open is not a call)", n)
+	}
+	if got := testutil.ToFloat64(m.breakerFailures.WithLabelValues("ding", "charge", "timeout")); got != 1 {
+		t.Errorf("failures{timeout} = %v", got)
+	}
+	if got := testutil.ToFloat64(m.charges.WithLabelValues("none", "failed")); got != 1 {
+		t.Errorf("charges{none,failed} = %v", got)
+	}
+	if got := testutil.ToFloat64(m.bulkheadCapacity.WithLabelValues("ding")); got != 7 {
+		t.Errorf("bulkhead capacity = %v", got)
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"circuit_breaker_state", "payrouter_fallbacks_total", "payrouter_http_request_duration_seconds", "go_goroutines", "process_cpu_seconds_total"} {
+		if !names[want] {
+			t.Errorf("registry lacks %s", want)
+		}
+	}
+}
