@@ -136,6 +136,10 @@ func (c *Config) Check() Report {
 		if rt.Hedge != nil && len(rt.Members()) < 2 {
 			warn("%s: hedge needs a second gateway to hedge to; this route has one", label)
 		}
+		if rt.Hedge != nil {
+			// Said out loud so nobody counts on hedging that does not happen yet.
+			warn("%s: hedge is accepted but this version of payrouter does not hedge yet; charges try one gateway at a time", label)
+		}
 	}
 	return r
 }

@@ -87,7 +87,10 @@ func TestCheckWarnings(t *testing.T) {
 		{"catch-all before other routes", "  - name: big-tickets\n    match: {min_amount: 100000}\n", "  - name: big-tickets\n",
 			[]string{"routes[1] (big-tickets): matches every charge but is not the last route; the routes after it are never used: default"}},
 		{"hedge with one gateway", "gateways: [tranglo, paywell]", "gateways: [tranglo]\n    hedge: {after: 800ms}",
-			[]string{"routes[0] (asia): hedge needs a second gateway to hedge to; this route has one"}},
+			[]string{"routes[0] (asia): hedge needs a second gateway to hedge to; this route has one",
+				"routes[0] (asia): hedge is accepted but this version of payrouter does not hedge yet; charges try one gateway at a time"}},
+		{"hedge is not used yet", "gateways: [tranglo, paywell]", "gateways: [tranglo, paywell]\n    hedge: {after: p95}",
+			[]string{"routes[0] (asia): hedge is accepted but this version of payrouter does not hedge yet; charges try one gateway at a time"}},
 		{"admin token is an API key", "admin_token: adm_test", "admin_token: sk_test",
 			[]string{"auth.admin_token: same as an API key; every storefront client could use /admin/"}},
 	}
