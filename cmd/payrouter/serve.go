@@ -161,6 +161,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 		return err
 	}
 	log := telemetry.NewLogger(stderr)
+	for _, w := range cfg.Check().Warnings {
+		log.Warn("config.warning", "warning", w) // what `payrouter check` would have said
+	}
 	a, err := newApp(ctx, cfg, log)
 	if err != nil {
 		return err
