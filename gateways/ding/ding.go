@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/payrouter/payrouter"
@@ -42,9 +41,7 @@ type Config struct {
 // Client is a Ding account, reached through the *http.Client it was given. It implements
 // payrouter.Gateway and is safe for concurrent use.
 type Client struct {
-	base   *url.URL
-	apiKey string
-	http   *http.Client
+	gatewayhttp.Account
 }
 
 var _ payrouter.Gateway = (*Client)(nil)
@@ -52,18 +49,11 @@ var _ payrouter.Gateway = (*Client)(nil)
 // New validates cfg and returns a Client that sends its requests with client. The deadline comes
 // with each call's context, so New sets no timeout.
 func New(cfg Config, client *http.Client) (*Client, error) {
-	base, err := gatewayhttp.ParseBaseURL(cfg.BaseURL)
+	acct, err := gatewayhttp.NewAccount("ding", cfg.BaseURL, cfg.Credentials, client)
 	if err != nil {
-		return nil, fmt.Errorf("ding: %w", err)
+		return nil, err
 	}
-	key, err := gatewayhttp.APIKey(cfg.Credentials)
-	if err != nil {
-		return nil, fmt.Errorf("ding: %w", err)
-	}
-	if client == nil {
-		return nil, fmt.Errorf("ding: an *http.Client is required")
-	}
-	return &Client{base: base, apiKey: key, http: client}, nil
+	return &Client{Account: acct}, nil
 }
 
 // skuCode is the product payrouter buys from Ding: a card payment.
@@ -144,11 +134,6 @@ func (c *Client) Status(ctx context.Context, req payrouter.TxRequest) payrouter.
 	return c.call(ctx, payrouter.OpStatus, "/api/V1/ListTransferRecords", listRequest{DistributorRef: ref, Take: 1})
 }
 
-// Health calls GET /health.
-func (c *Client) Health(ctx context.Context) error {
-	return gatewayhttp.CheckHealth(ctx, c.http, gatewayhttp.Endpoint(c.base, "/health"))
-}
-
 // operationOf names the transfer by Ding's TransferRef when we have it, else by the
 // DistributorRef it was sent with; the operation's own reference is its DistributorRef.
 func operationOf(req payrouter.TxRequest) operationRequest {
@@ -161,7 +146,7 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	if err != nil {
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: encoding the request: " + err.Error()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayhttp.Endpoint(c.base, path), bytes.NewReader(buf))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
 	if err != nil {
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: building the request: " + err.Error()}
 	}
@@ -169,8 +154,8 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	req.Header.Set("Accept", "application/json")
 	// Ding spells its header in lower case with an underscore; set it as is rather than in
 	// Go's canonical form.
-	req.Header["api_key"] = []string{c.apiKey}
-	ans, err := gatewayhttp.Do(c.http, req)
+	req.Header["api_key"] = []string{c.APIKey}
+	ans, err := gatewayhttp.Do(c.HTTP, req)
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "ding: " + r.Detail

@@ -164,6 +164,40 @@ func CheckHealth(ctx context.Context, client *http.Client, healthURL string) err
 	return nil
 }
 
+// Account is how an adapter reaches one gateway account: the validated base URL, the API key and
+// the gateway's own *http.Client (its bulkhead's transport). Each adapter's Client embeds one.
+type Account struct {
+	Base   *url.URL
+	APIKey string
+	HTTP   *http.Client
+}
+
+// NewAccount validates what every adapter needs and names the gateway kind in its errors, which
+// never contain the key. The deadline comes with each call's context, so no timeout is set here.
+func NewAccount(kind, baseURL string, credentials map[string]string, client *http.Client) (Account, error) {
+	base, err := ParseBaseURL(baseURL)
+	if err != nil {
+		return Account{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	key, err := APIKey(credentials)
+	if err != nil {
+		return Account{}, fmt.Errorf("%s: %w", kind, err)
+	}
+	if client == nil {
+		return Account{}, fmt.Errorf("%s: an *http.Client is required", kind)
+	}
+	return Account{Base: base, APIKey: key, HTTP: client}, nil
+}
+
+// URL is the address of an API path (which starts with "/") of the account.
+func (a Account) URL(path string) string { return Endpoint(a.Base, path) }
+
+// Health calls the gateway's own GET /health, what an out-of-band probe asks. Every adapter's
+// Client gets it from the embedded Account.
+func (a Account) Health(ctx context.Context) error {
+	return CheckHealth(ctx, a.HTTP, a.URL("/health"))
+}
+
 // ParseBaseURL validates a gateway's base URL: absolute http or https, a host, no query or
 // fragment. The path, if any, is kept and the API paths are appended to it.
 func ParseBaseURL(raw string) (*url.URL, error) {

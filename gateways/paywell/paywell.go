@@ -15,7 +15,6 @@ package paywell
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,9 +35,7 @@ type Config struct {
 // Client is a Paywell account, reached through the *http.Client it was given. It implements
 // payrouter.Gateway and is safe for concurrent use.
 type Client struct {
-	base   *url.URL
-	apiKey string
-	http   *http.Client
+	gatewayhttp.Account
 }
 
 var _ payrouter.Gateway = (*Client)(nil)
@@ -47,18 +44,11 @@ var _ payrouter.Gateway = (*Client)(nil)
 // transport is the gateway's own (its bulkhead and pool); the deadline comes with each call's
 // context, so New sets no timeout.
 func New(cfg Config, client *http.Client) (*Client, error) {
-	base, err := gatewayhttp.ParseBaseURL(cfg.BaseURL)
+	acct, err := gatewayhttp.NewAccount("paywell", cfg.BaseURL, cfg.Credentials, client)
 	if err != nil {
-		return nil, fmt.Errorf("paywell: %w", err)
+		return nil, err
 	}
-	key, err := gatewayhttp.APIKey(cfg.Credentials)
-	if err != nil {
-		return nil, fmt.Errorf("paywell: %w", err)
-	}
-	if client == nil {
-		return nil, fmt.Errorf("paywell: an *http.Client is required")
-	}
-	return &Client{base: base, apiKey: key, http: client}, nil
+	return &Client{Account: acct}, nil
 }
 
 // Authorize creates a charge (POST /v1/charges), captured at once when req.Capture is set.
@@ -116,11 +106,6 @@ func (c *Client) Status(ctx context.Context, req payrouter.TxRequest) payrouter.
 	return c.call(ctx, payrouter.OpStatus, http.MethodGet, "/v1/charges", q, "")
 }
 
-// Health calls GET /health.
-func (c *Client) Health(ctx context.Context) error {
-	return gatewayhttp.CheckHealth(ctx, c.http, gatewayhttp.Endpoint(c.base, "/health"))
-}
-
 // chargeKey names the charge: Paywell's id when we have it, else the Idempotency-Key it was
 // created with (Paywell accepts either).
 func chargeKey(req payrouter.TxRequest) string {
@@ -133,7 +118,7 @@ func chargeKey(req payrouter.TxRequest) string {
 // call makes one request and maps its answer. A GET sends vals as its query, anything else as a
 // form-encoded body.
 func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path string, vals url.Values, idempotencyKey string) payrouter.Result {
-	target := gatewayhttp.Endpoint(c.base, path)
+	target := c.URL(path)
 	var req *http.Request
 	var err error
 	if method == http.MethodGet {
@@ -151,12 +136,12 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path 
 		// Nothing was sent: the request could not even be built.
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "paywell: building the request: " + err.Error()}
 	}
-	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	req.Header.Set("Accept", "application/json")
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	ans, err := gatewayhttp.Do(c.http, req)
+	ans, err := gatewayhttp.Do(c.HTTP, req)
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "paywell: " + r.Detail

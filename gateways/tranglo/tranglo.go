@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/payrouter/payrouter"
@@ -39,9 +38,7 @@ type Config struct {
 // Client is a Tranglo account, reached through the *http.Client it was given. It implements
 // payrouter.Gateway and is safe for concurrent use.
 type Client struct {
-	base   *url.URL
-	apiKey string
-	http   *http.Client
+	gatewayhttp.Account
 }
 
 var _ payrouter.Gateway = (*Client)(nil)
@@ -49,18 +46,11 @@ var _ payrouter.Gateway = (*Client)(nil)
 // New validates cfg and returns a Client that sends its requests with client. The deadline comes
 // with each call's context, so New sets no timeout.
 func New(cfg Config, client *http.Client) (*Client, error) {
-	base, err := gatewayhttp.ParseBaseURL(cfg.BaseURL)
+	acct, err := gatewayhttp.NewAccount("tranglo", cfg.BaseURL, cfg.Credentials, client)
 	if err != nil {
-		return nil, fmt.Errorf("tranglo: %w", err)
+		return nil, err
 	}
-	key, err := gatewayhttp.APIKey(cfg.Credentials)
-	if err != nil {
-		return nil, fmt.Errorf("tranglo: %w", err)
-	}
-	if client == nil {
-		return nil, fmt.Errorf("tranglo: an *http.Client is required")
-	}
-	return &Client{base: base, apiKey: key, http: client}, nil
+	return &Client{Account: acct}, nil
 }
 
 type paymentRequest struct {
@@ -126,11 +116,6 @@ func (c *Client) Status(ctx context.Context, req payrouter.TxRequest) payrouter.
 	return c.call(ctx, payrouter.OpStatus, "/gloremit/v1/transaction-inquiry", inquiryRequest{TransID: ref})
 }
 
-// Health calls GET /health.
-func (c *Client) Health(ctx context.Context) error {
-	return gatewayhttp.CheckHealth(ctx, c.http, gatewayhttp.Endpoint(c.base, "/health"))
-}
-
 // operationOf names the payment by Tranglo's gloRefNo when we have it, else by the transID it was
 // sent with; the operation's own transID is its reference.
 func operationOf(req payrouter.TxRequest) operationRequest {
@@ -143,14 +128,14 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	if err != nil {
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: encoding the request: " + err.Error()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayhttp.Endpoint(c.base, path), bytes.NewReader(buf))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
 	if err != nil {
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: building the request: " + err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Api-Key", c.apiKey)
-	ans, err := gatewayhttp.Do(c.http, req)
+	req.Header.Set("X-Api-Key", c.APIKey)
+	ans, err := gatewayhttp.Do(c.HTTP, req)
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "tranglo: " + r.Detail
