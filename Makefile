@@ -33,9 +33,9 @@ contract: ## only the black-box contract suite (core)
 	bash ../shared/contract/run.sh core
 
 .PHONY: bench
-bench: build ## benchmarks: fast-fail vs a bare handler, healthy-path overhead, the guard's hot path
+bench: ## benchmarks: fast-fail vs a bare handler, healthy-path overhead, the guard's hot path
+	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
 	$(GO) test -run '^$$' -bench . -benchmem ./resilience/
-	$(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
 
 .PHONY: lint
 lint: ## gofmt and go vet (and staticcheck when installed)

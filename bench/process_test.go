@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchEnv turns the measurements on. They take a minute of a whole machine, so `go test ./...`
+// (make test) must not run them by accident.
+const benchEnv = "PAYROUTER_BENCH"
+
+// requireBench skips t unless benchEnv is set to 1.
+func requireBench(t *testing.T) {
+	t.Helper()
+	if os.Getenv(benchEnv) != "1" {
+		t.Skip(benchEnv + "=1 not set: the benchmarks run with `make bench`")
+	}
+}
+
+// binaries are the programs a benchmark starts, built for this run.
+type binaries struct {
+	payrouter, gatewaysim, bare503 string
+}
+
+// buildBinaries builds payrouter, gatewaysim and bare503 into a temporary directory, in one go
+// command so that they link in parallel.
+func buildBinaries(t *testing.T) binaries {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build the binaries: %v", err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", dir+string(filepath.Separator),
+		"github.com/payrouter/payrouter/cmd/payrouter",
+		"github.com/payrouter/payrouter/cmd/gatewaysim",
+		"github.com/payrouter/payrouter/bench/bare503")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return binaries{
+		payrouter:  filepath.Join(dir, "payrouter"),
+		gatewaysim: filepath.Join(dir, "gatewaysim"),
+		bare503:    filepath.Join(dir, "bare503"),
+	}
+}
+
+// reservedPort reports ports other tools on the machine expect to own: the demo's (8080, 9090,
+// 9101-9103) and 27000-27999.
+func reservedPort(p int) bool {
+	return p == 8080 || p == 9090 || (p >= 9101 && p <= 9103) || (p >= 27000 && p <= 27999)
+}
+
+// freeAddrs returns n distinct free loopback addresses. They are all held open until all are
+// found, so that they differ, then released for the processes to take; another program could
+// take one in between, which start-up would then report as a listen error.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	var addrs []string
+	for len(addrs) < n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		held = append(held, ln)
+		if reservedPort(ln.Addr().(*net.TCPAddr).Port) {
+			continue // keep it held, so it is not offered again
+		}
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
+}
+
+// process is a program started by a benchmark, stopped when the test ends.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string // its stdout and stderr
+	done chan struct{}
+}
+
+// startProcess starts bin with args, its output going to a file (a file, not a pipe, so that
+// nothing in the test process spends CPU copying its log lines during a measurement). The
+// process gets SIGTERM at the end of the test, and SIGKILL if it has not exited 10 s later.
+func startProcess(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// logTail is the end of the process's log, for failure messages.
+func (p *process) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// waitHealthy polls url until it answers 200, and fails the test if the process exits first or
+// 10 s go by.
+func (p *process) waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited during start-up: %v\n%s", p.name, p.cmd.ProcessState, p.logTail())
+		default:
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s not healthy after 10 s (last error %v)\n%s", p.name, url, err, p.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Credentials of the benchmark's configuration.
+const (
+	apiKey     = "sk_bench"
+	adminToken = "admin_bench"
+)
+
+// gatewayKey is the API key payrouter sends to the simulated gateway name (the simulators
+// accept any non-empty one).
+func gatewayKey(name string) string { return name + "_bench" }
+
+// stack is gatewaysim and payrouter, running.
+type stack struct {
+	bins binaries
+	// sims holds each simulated gateway's address by name.
+	sims map[string]string
+	// api and admin are payrouter's listeners.
+	api, admin string
+	payrouter  *process
+}
+
+// gatewayNames are the simulated gateways, in the order of the benchmark's single route.
+var gatewayNames = []string{"paywell", "ding", "tranglo"}
+
+// startStack builds the binaries and starts gatewaysim and payrouter on free loopback ports.
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{bins: buildBinaries(t), sims: map[string]string{}}
+	addrs := freeAddrs(t, 5)
+	for i, name := range gatewayNames {
+		s.sims[name] = addrs[i]
+	}
+	s.api, s.admin = addrs[3], addrs[4]
+
+	sim := startProcess(t, "gatewaysim", s.bins.gatewaysim,
+		"-paywell", s.sims["paywell"], "-ding", s.sims["ding"], "-tranglo", s.sims["tranglo"])
+	for _, name := range gatewayNames {
+		sim.waitHealthy(t, "http://"+s.sims[name]+"/health")
+	}
+
+	cfg := filepath.Join(t.TempDir(), "payrouter.yaml")
+	if err := os.WriteFile(cfg, []byte(benchConfig(s)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.payrouter = startProcess(t, "payrouter", s.bins.payrouter, "serve", "-config", cfg)
+	s.payrouter.waitHealthy(t, "http://"+s.api+"/healthz")
+	s.payrouter.waitHealthy(t, "http://"+s.admin+"/healthz")
+	return s
+}
+
+// benchConfig is payrouter's configuration for the benchmarks. The bulkheads are far larger than
+// any load here, so that what is measured is payrouter's work, not its refusals; the cooldown is
+// long, so that no breaker changes state in the middle of a measurement; one route tries every
+// gateway in turn, so that the fast-fail path passes all three open breakers.
+func benchConfig(s *stack) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: 10s\n", s.api, s.admin)
+	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
+	b.WriteString("gateways:\n")
+	for _, name := range gatewayNames {
+		fmt.Fprintf(&b, "  %s:\n    kind: %s\n    base_url: %q\n    credentials: {api_key: %q}\n",
+			name, name, "http://"+s.sims[name], gatewayKey(name))
+		b.WriteString("    timeout: 2s\n    max_concurrent: 1000\n    max_wait: 0s\n")
+		b.WriteString("    breaker: {consecutive_failures: 5, cooldown: 1h}\n")
+	}
+	fmt.Fprintf(&b, "routes:\n  - name: default\n    gateways: [%s]\n", strings.Join(gatewayNames, ", "))
+	return b.String()
+}
+
+// forceOpen forces every gateway's charge breaker open through the admin API.
+func (s *stack) forceOpen(t *testing.T) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, name := range gatewayNames {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost,
+			"http://"+s.admin+"/admin/breakers/"+name+"/charge/force-open", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("forcing %s/charge open: %v", name, err)
+		}
+		var b struct {
+			State  string  `json:"state"`
+			Forced *string `json:"forced"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&b)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || b.State != "open" || b.Forced == nil || *b.Forced != "open" {
+			t.Fatalf("forcing %s/charge open: status %d, state %q, decode error %v", name, resp.StatusCode, b.State, err)
+		}
+	}
+}
+
+// simRequests is how many API calls (charges and the like, not health or control calls) the
+// simulated gateway name has received since it started.
+func (s *stack) simRequests(t *testing.T, name string) int {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + s.sims[name] + "/_sim/stats")
+	if err != nil {
+		t.Fatalf("%s stats: %v", name, err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Requests *int `json:"requests"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Requests == nil {
+		t.Fatalf("%s stats: no requests count (%v)", name, err)
+	}
+	return *st.Requests
+}
+
+// chargeBody is the charge every benchmark sends to payrouter.
+var chargeBody = []byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"description":"bench"}`)
+
+// payrouterCharge is POST /charge on payrouter, expecting want.
+func (s *stack) payrouterCharge(want int) Target {
+	return Target{
+		Name: "payrouter", URL: "http://" + s.api + "/charge", Body: chargeBody, Want: want,
+		Header: http.Header{
+			"Authorization": {"Bearer " + apiKey},
+			"Content-Type":  {"application/json"},
+		},
+	}
+}
+
+// one sends t's request once, with its own client and key, and returns the whole answer.
+func one(t *testing.T, target Target) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, target.URL, bytes.NewReader(target.Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = target.Header.Clone()
+	req.Header.Set("Idempotency-Key", keyPrefix+"probe-"+strconv.FormatUint(keySeq.Add(1), 10))
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", target.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: reading the answer: %v", target.Name, err)
+	}
+	if resp.StatusCode != target.Want {
+		t.Fatalf("%s: status %d, want %d: %s", target.Name, resp.StatusCode, target.Want, body)
+	}
+	return resp, body
+}
+
+// checkSamples fails the test if any request of the samples got an unexpected answer or none.
+func checkSamples(t *testing.T, target Target, samples ...Sample) {
+	t.Helper()
+	m := Merge(samples...)
+	if m.Unexpected > 0 || m.Errors > 0 {
+		t.Errorf("%s: %d of %d requests answered another status than %d and %d failed; first: %s",
+			target.Name, m.Unexpected, m.Requests, target.Want, m.Errors, m.FirstProblem)
+	}
+	if m.Requests == 0 {
+		t.Errorf("%s: no request completed", target.Name)
+	}
+}
