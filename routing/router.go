@@ -72,11 +72,13 @@ func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []strin
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Charge runs a new charge: it is stored as processing before the first gateway call, then tried
-// at each candidate gateway under the failover rules, and stored with its final answer. It returns
-// the charge as stored, or a *fallback.Unavailable when no gateway could take it. The budget runs
-// from the call, and a caller that goes away does not cancel gateway calls under way: a charge cut
-// off mid-call would become an unknown outcome.
+// Charge runs a new charge: tried at each candidate gateway under the failover rules, stored as
+// processing just before the first gateway call (so that a crash mid-call leaves it for
+// reconciliation) and stored again with its final answer. A charge no gateway was called for is
+// never stored: during an outage the fast 503 path writes nothing. It returns the charge, or a
+// *fallback.Unavailable when no gateway could take it. The budget runs from the call, and a caller
+// that goes away does not cancel gateway calls under way: a charge cut off mid-call would become
+// an unknown outcome.
 func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
 	route, candidates, err := r.Candidates(c)
 	if err != nil {
@@ -89,48 +91,89 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	if err := r.charges.SaveCharge(ctx, c); err != nil {
-		return nil, fmt.Errorf("storing charge %s before its first attempt: %w", c.ID, err)
+	run := chargeRun{Router: r, c: c}
+	unavailable := run.attempt(ctx, candidates)
+	if run.storeErr != nil {
+		return nil, fmt.Errorf("storing charge %s before its first gateway call: %w", c.ID, run.storeErr)
 	}
-
-	unavailable := r.attempt(ctx, c, candidates)
-	c.UpdatedAt = r.now().UTC()
-	// The answer is stored even when the budget ran out: the caller is told about it.
-	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancelSave()
-	if err := r.charges.SaveCharge(saveCtx, c); err != nil {
-		r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+	if run.stored {
+		c.UpdatedAt = r.now().UTC()
+		// The answer is stored even when the budget ran out: the caller is told about it.
+		saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancelSave()
+		if err := r.charges.SaveCharge(saveCtx, c); err != nil {
+			r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+		}
 	}
 	if unavailable {
-		return c, fallback.NewUnavailable(payrouter.OpCharge, c.ID, c.Attempts, r.openUntil, r.now())
+		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, r.openUntil, r.now())
+		if run.stored {
+			u.ChargeID = c.ID
+		}
+		return c, u
 	}
 	return c, nil
 }
 
+// chargeRun is one charge on its way through its candidate gateways.
+type chargeRun struct {
+	*Router
+	c        *payrouter.Charge
+	stored   bool  // the charge is in the store: a gateway was about to be called
+	storeErr error // storing it failed, so no gateway was called
+}
+
+// storeBeforeCall stores the charge as processing the first time a gateway is about to be called.
+func (run *chargeRun) storeBeforeCall(ctx context.Context) bool {
+	if !run.stored {
+		if err := run.charges.SaveCharge(ctx, run.c); err != nil {
+			run.storeErr = err
+			return false
+		}
+		run.stored = true
+	}
+	return true
+}
+
+// notCalled is the result of a call abandoned before the gateway was reached: excluded from the
+// breaker's counts like any malformed request of ours.
+var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored"}
+
 // attempt tries the candidates in order and leaves the charge's status set. It reports true when
 // no gateway took the charge and none may have: the charge's fallback answers.
-func (r *Router) attempt(ctx context.Context, c *payrouter.Charge, candidates []string) (unavailable bool) {
+func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavailable bool) {
+	c := run.c
 	for _, name := range candidates {
-		gw := r.gateways[name]
-		guard := r.domains.Guard(name, payrouter.OpCharge)
+		gw := run.gateways[name]
+		guard := run.domains.Guard(name, payrouter.OpCharge)
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
 		req := payrouter.ChargeRequest{
 			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
 			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
 		}
-		res, d := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
+		res, d := guard.Do(ctx, func(ctx context.Context) payrouter.Result {
+			if !run.storeBeforeCall(ctx) {
+				return notCalled
+			}
+			return gw.Authorize(ctx, req)
+		})
+		if run.storeErr != nil {
+			return false
+		}
 		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
 		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
 			a.Reference = ref // the gateway was called with it
+			if res.Outcome != payrouter.OutcomeSucceeded {
+				// Refusals without a call are counted by the metrics, not logged one by one: an
+				// outage at full traffic must not flood the logs.
+				run.log.Info("charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
+					"duration_ms", d.Milliseconds(), "detail", res.Detail)
+			}
 		}
 		c.Attempts = append(c.Attempts, a)
-		if res.Outcome != payrouter.OutcomeSucceeded {
-			r.log.Info("charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
-				"duration_ms", d.Milliseconds(), "detail", res.Detail)
-		}
 
 		if res.Outcome.MayHaveProcessed() {
-			res = r.resolve(ctx, c, gw, name, ref)
+			res = run.resolve(ctx, c, gw, name, ref)
 			c.Attempts[len(c.Attempts)-1].Resolved = res.State
 			if res.State == payrouter.TxNotFound {
 				continue // the gateway never had it: safe to try the next one
@@ -140,7 +183,7 @@ func (r *Router) attempt(ctx context.Context, c *payrouter.Charge, candidates []
 		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
 			continue
 		}
-		r.settle(c, name, ref, res)
+		run.settle(c, name, ref, res)
 		return false
 	}
 	c.Status = payrouter.StatusFailed

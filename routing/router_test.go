@@ -276,3 +276,42 @@ func TestCandidatesByRoute(t *testing.T) {
 		})
 	}
 }
+
+func TestChargeNoGatewayCalledIsNeverStored(t *testing.T) {
+	f := newFixture(t)
+	for _, n := range []string{"paywell", "ding", "tranglo"} {
+		f.dom.Breaker(n, payrouter.OpCharge).Force(payrouter.ForcedOpen)
+	}
+	_, err := f.router.Charge(t.Context(), newCharge())
+	var u *fallback.Unavailable
+	if !errors.As(err, &u) || u.ChargeID != "" {
+		t.Fatalf("err %v; want the fallback with no charge id to look up", err)
+	}
+	if _, err := f.store.Charge(t.Context(), "ch_test"); !errors.Is(err, payrouter.ErrNotFound) {
+		t.Errorf("a charge no gateway was called for was stored (%v): an outage would fill the store", err)
+	}
+}
+
+// failingStore refuses every write.
+type failingStore struct{ *memstore.Store }
+
+func (failingStore) SaveCharge(context.Context, *payrouter.Charge) error {
+	return errors.New("disk on fire")
+}
+
+func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
+	f := newFixture(t)
+	f.router.charges = failingStore{f.store}
+	_, err := f.router.Charge(t.Context(), newCharge())
+	if err == nil || payrouter.Code(err) != payrouter.EInternal {
+		t.Fatalf("err %v; want an internal error", err)
+	}
+	for n, g := range f.gw {
+		if len(g.calls) != 0 {
+			t.Errorf("%s was called for a charge that could not be stored: %v", n, g.calls)
+		}
+	}
+	if b := f.dom.Breaker("paywell", payrouter.OpCharge).Snapshot(); b.Counts.Failures != 0 {
+		t.Errorf("a store failure counted against paywell's breaker: %+v", b.Counts)
+	}
+}
