@@ -29,7 +29,7 @@ type stack struct {
 	domains    *resilience.Domains
 }
 
-func newStack(t *testing.T, adminToken string) *stack {
+func newStack(t testing.TB, adminToken string) *stack {
 	t.Helper()
 	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}}
 	names := []string{"paywell", "ding"}
