@@ -41,7 +41,7 @@ bench: ## benchmarks: fast-fail vs a bare handler, healthy-path overhead, the gu
 lint: ## gofmt and go vet (and staticcheck when installed)
 	@out=$$(gofmt -l .); if [[ -n $$out ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed: skipped"; fi
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest): skipped"; fi
 
 .PHONY: clean
 clean: ## remove bin/

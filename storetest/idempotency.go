@@ -247,7 +247,7 @@ func testInFlightExpiry(t *testing.T, s payrouter.Store) {
 		case err != nil:
 			return false, err
 		case got != nil:
-			return false, fmt.Errorf("Claim returned a record %+v for a key never completed", got)
+			return false, fmt.Errorf("claim returned a record %+v for a key never completed", got)
 		}
 		return true, nil
 	})
