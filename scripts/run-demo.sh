@@ -20,11 +20,14 @@ pids+=("$!")
 bin/payrouter serve -config configs/payrouter.yaml &
 pids+=("$!")
 
+# Wait for the storefront port with bash alone: the machine may have nothing but Go.
+up=no
 for _ in $(seq 1 100); do
-  if curl -fsS -o /dev/null --max-time 1 http://127.0.0.1:8080/healthz 2>/dev/null; then break; fi
+  if (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null; then up=yes; break; fi
   for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || { echo "a process exited during start-up (see above)" >&2; exit 1; }; done
   sleep 0.1
 done
+[[ $up == yes ]] || { echo "payrouter did not listen on 127.0.0.1:8080 within 10 s" >&2; exit 1; }
 
 cat <<MSG
 
