@@ -21,6 +21,10 @@ import (
 	"github.com/payrouter/payrouter/gateways/sim"
 )
 
+// controlClient drives the simulators' control API; its deadline comes with each request's
+// context, as on every client of the project.
+var controlClient = &http.Client{Transport: &http.Transport{Proxy: nil}}
+
 // Adapter is one adapter under test, with its fake.
 type Adapter struct {
 	// Name names the adapter in test names and messages.
@@ -179,7 +183,7 @@ func (e *env) control(method, path string, body any, out any) {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := controlClient.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
