@@ -195,7 +195,23 @@ func TestServeChargesAndDrains(t *testing.T) {
 		}
 		slow <- resp.StatusCode
 	}()
-	time.Sleep(150 * time.Millisecond) // let the charge reach paywell before the shutdown starts
+	// The shutdown starts once the charge is at paywell.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var st struct {
+			InFlight int `json:"in_flight"`
+		}
+		if r, err := http.Get(sims["paywell"].URL + "/_sim/stats"); err == nil {
+			_ = json.NewDecoder(r.Body).Decode(&st)
+			r.Body.Close()
+		}
+		if st.InFlight > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow charge never reached paywell")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cancel()
 	if code := <-slow; code != 201 {
 		t.Errorf("a charge under way during shutdown answered %d, want 201", code)
