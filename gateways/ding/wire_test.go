@@ -1,7 +1,6 @@
 package ding
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/payrouter/payrouter"
@@ -21,13 +20,7 @@ func failed(code, context string) string {
 const declinedAnswer = `{"TransferRecord":{"TransferId":{"TransferRef":"D-2","DistributorRef":"ch_1-a1"},"ProcessingState":"Failed","DeclineReason":"DoNotHonour"},"ResultCode":2,"ErrorCodes":[{"Code":"ProviderRefusedRequest","Context":"DoNotHonour"}]}`
 
 func TestResultOf(t *testing.T) {
-	type want struct {
-		outcome payrouter.Outcome
-		state   payrouter.TxState
-		ref     string
-		decline string
-		detail  string
-	}
+	type want gatewaytest.Want
 	cases := []struct {
 		name   string
 		op     payrouter.Operation
@@ -88,14 +81,7 @@ func TestResultOf(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := resultOf(c.op, c.status, []byte(c.body))
-			got := want{r.Outcome, r.State, r.GatewayReference, r.DeclineCode, c.want.detail}
-			if got != c.want || !strings.Contains(r.Detail, c.want.detail) {
-				t.Errorf("resultOf(%s, %d, %s) = %+v; want %+v", c.op, c.status, c.body, r, c.want)
-			}
-			if err := gatewaytest.ValidResult(c.op, r); err != nil {
-				t.Errorf("resultOf(%s, %d, %s) = %+v: %v", c.op, c.status, c.body, r, err)
-			}
+			gatewaytest.CheckMapping(t, resultOf, c.op, c.status, c.body, gatewaytest.Want(c.want))
 		})
 	}
 }
@@ -112,15 +98,7 @@ func FuzzParseAnswer(f *testing.F) {
 		{200, `{"ResultCode":1,"Items":[` + record("Completed", "Refunded") + `]}`}, {200, `{"ResultCode":1,"Items":[]}`},
 		{200, `null`}, {200, `{"ErrorCodes":null}`}, {500, ``}, {503, ``}, {401, ``},
 	} {
-		for op := range len(payrouter.Operations) {
-			f.Add(uint8(op), s.status, []byte(s.body))
-		}
+		gatewaytest.AddSeed(f, s.status, s.body)
 	}
-	f.Fuzz(func(t *testing.T, op uint8, status int, body []byte) {
-		o := payrouter.Operations[int(op)%len(payrouter.Operations)]
-		r := resultOf(o, status, body)
-		if err := gatewaytest.ValidResult(o, r); err != nil {
-			t.Fatalf("resultOf(%s, %d, %q) = %+v: %v", o, status, body, r, err)
-		}
-	})
+	gatewaytest.FuzzMapping(f, resultOf)
 }

@@ -1,7 +1,6 @@
 package paywell
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/payrouter/payrouter"
@@ -19,13 +18,7 @@ const (
 )
 
 func TestResultOf(t *testing.T) {
-	type want struct {
-		outcome payrouter.Outcome
-		state   payrouter.TxState
-		ref     string
-		decline string
-		detail  string // a part of Detail, when it matters
-	}
+	type want gatewaytest.Want
 	cases := []struct {
 		name   string
 		op     payrouter.Operation
@@ -84,14 +77,7 @@ func TestResultOf(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := resultOf(c.op, c.status, []byte(c.body))
-			got := want{r.Outcome, r.State, r.GatewayReference, r.DeclineCode, c.want.detail}
-			if got != c.want || !strings.Contains(r.Detail, c.want.detail) {
-				t.Errorf("resultOf(%s, %d, %s) = %+v; want %+v", c.op, c.status, c.body, r, c.want)
-			}
-			if err := gatewaytest.ValidResult(c.op, r); err != nil {
-				t.Errorf("resultOf(%s, %d, %s) = %+v: %v", c.op, c.status, c.body, r, err)
-			}
+			gatewaytest.CheckMapping(t, resultOf, c.op, c.status, c.body, gatewaytest.Want(c.want))
 		})
 	}
 }
@@ -108,15 +94,7 @@ func FuzzParseAnswer(f *testing.F) {
 		{200, `{"id":"re_1","object":"refund","status":"succeeded","charge":{"id":"ch_1","object":"charge","status":"succeeded","captured":true,"amount_refunded":5}}`},
 		{402, declined402}, {400, invalid400}, {503, unavailable503}, {500, ``}, {409, `{}`}, {200, `null`}, {200, `[]`},
 	} {
-		for op := range len(payrouter.Operations) {
-			f.Add(uint8(op), s.status, []byte(s.body))
-		}
+		gatewaytest.AddSeed(f, s.status, s.body)
 	}
-	f.Fuzz(func(t *testing.T, op uint8, status int, body []byte) {
-		o := payrouter.Operations[int(op)%len(payrouter.Operations)]
-		r := resultOf(o, status, body)
-		if err := gatewaytest.ValidResult(o, r); err != nil {
-			t.Fatalf("resultOf(%s, %d, %q) = %+v: %v", o, status, body, r, err)
-		}
-	})
+	gatewaytest.FuzzMapping(f, resultOf)
 }

@@ -1,7 +1,6 @@
 package tranglo
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/payrouter/payrouter"
@@ -17,13 +16,7 @@ func code(c, desc string) string {
 }
 
 func TestResultOf(t *testing.T) {
-	type want struct {
-		outcome payrouter.Outcome
-		state   payrouter.TxState
-		ref     string
-		decline string
-		detail  string
-	}
+	type want gatewaytest.Want
 	cases := []struct {
 		name   string
 		op     payrouter.Operation
@@ -80,14 +73,7 @@ func TestResultOf(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := resultOf(c.op, c.status, []byte(c.body))
-			got := want{r.Outcome, r.State, r.GatewayReference, r.DeclineCode, c.want.detail}
-			if got != c.want || !strings.Contains(r.Detail, c.want.detail) {
-				t.Errorf("resultOf(%s, %d, %s) = %+v; want %+v", c.op, c.status, c.body, r, c.want)
-			}
-			if err := gatewaytest.ValidResult(c.op, r); err != nil {
-				t.Errorf("resultOf(%s, %d, %s) = %+v: %v", c.op, c.status, c.body, r, err)
-			}
+			gatewaytest.CheckMapping(t, resultOf, c.op, c.status, c.body, gatewaytest.Want(c.want))
 		})
 	}
 }
@@ -103,15 +89,7 @@ func FuzzParseAnswer(f *testing.F) {
 		{200, code("967", "")}, {500, code("302", "")}, {503, code("960", "")}, {404, code("120", "")},
 		{400, code("201", "")}, {500, ``}, {200, `null`}, {200, `{"responseCode":"000"}`},
 	} {
-		for op := range len(payrouter.Operations) {
-			f.Add(uint8(op), s.status, []byte(s.body))
-		}
+		gatewaytest.AddSeed(f, s.status, s.body)
 	}
-	f.Fuzz(func(t *testing.T, op uint8, status int, body []byte) {
-		o := payrouter.Operations[int(op)%len(payrouter.Operations)]
-		r := resultOf(o, status, body)
-		if err := gatewaytest.ValidResult(o, r); err != nil {
-			t.Fatalf("resultOf(%s, %d, %q) = %+v: %v", o, status, body, r, err)
-		}
-	})
+	gatewaytest.FuzzMapping(f, resultOf)
 }
