@@ -71,3 +71,106 @@ type Store interface {
 	// Close releases the store's connections.
 	Close() error
 }
+
+// BreakerRules are the trip rules a shared store applies to the fleet's counts of one breaker:
+// the same rules each instance applies to its own (resilience.BreakerSettings), and any one trips.
+type BreakerRules struct {
+	ConsecutiveFailures int           // trip after N failures in a row, fleet-wide; 0 off
+	FailuresInWindow    int           // trip after N failures within Window; 0 off
+	FailureRate         float64       // trip at failures/answered >= rate over Window; 0 off
+	MinRequests         int           // answered calls Window must hold before FailureRate applies
+	Window              time.Duration // rolling window; 0: counts kept until the breaker opens or resets
+	Cooldown            time.Duration // how long an open breaker stays open
+}
+
+// BreakerReport is what one instance saw of one breaker's counted calls since its last report,
+// in their order compressed: Successes and Failures are totals, TrailingFailures is how many of
+// the failures came after the last success (all of them when Successes is 0).
+type BreakerReport struct {
+	Successes, Failures, TrailingFailures int64
+}
+
+// BreakerCounts are a breaker's fleet-wide counts: answered calls, failures among them, and
+// failures in a row.
+type BreakerCounts struct {
+	Requests, Failures, ConsecutiveFailures int64
+}
+
+// SharedBreaker is one breaker's fleet-wide state as the shared store holds it.
+type SharedBreaker struct {
+	// Open is true while the breaker's cooldown runs; OpenFor is what is left of it. When the
+	// cooldown has run out the breaker is half-open until a trial closes or reopens it, and
+	// HalfOpen is true.
+	Open     bool
+	OpenFor  time.Duration
+	HalfOpen bool
+	Forced   Forced
+	Counts   BreakerCounts
+}
+
+// BreakerEventKind says what changed in a BreakerEvent.
+type BreakerEventKind string
+
+// The kinds of breaker events.
+const (
+	BreakerOpened BreakerEventKind = "opened" // open for OpenFor
+	BreakerClosed BreakerEventKind = "closed" // trials succeeded: closed, counts cleared
+	BreakerForced BreakerEventKind = "forced" // Forced set (ForcedNone: forcing cleared)
+	BreakerReset  BreakerEventKind = "reset"  // closed, counts and forcing cleared
+)
+
+// BreakerEvent is one change of a breaker's fleet-wide state, published to every instance.
+type BreakerEvent struct {
+	Breaker string           `json:"breaker"` // "<gateway>/<operation>"
+	Kind    BreakerEventKind `json:"kind"`
+	OpenFor time.Duration    `json:"open_for,omitempty"` // BreakerOpened: the cooldown
+	Forced  Forced           `json:"forced,omitempty"`   // BreakerForced
+	Counts  BreakerCounts    `json:"counts"`             // BreakerOpened: the counts that tripped it
+	Origin  string           `json:"origin,omitempty"`   // the instance that caused it
+}
+
+// FleetBreakers keeps the breaker state a fleet of instances shares (DESIGN.md, Breakers). No
+// method is ever called to admit a customer call while the breaker is closed: admission is
+// local, and these calls report to the fleet and learn from it.
+type FleetBreakers interface {
+	// ReportOutcomes adds one instance's counted calls to the fleet's counts and applies rules;
+	// when they trip the breaker it is opened for rules.Cooldown, BreakerOpened is published, and
+	// opened is true. Outcomes reported while the breaker is open or half-open are dropped.
+	ReportOutcomes(ctx context.Context, breaker string, rules BreakerRules, r BreakerReport) (opened bool, counts BreakerCounts, err error)
+	// OpenBreaker opens the breaker for cooldown (an instance's own counts tripped it, or a trial
+	// failed), clears its counts and trials, and publishes BreakerOpened; opened is false when it
+	// was already open, which it then leaves as it was.
+	OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts BreakerCounts, origin string) (opened bool, err error)
+	// TakeTrial takes one of max trial slots of a half-open breaker; false when it is still open,
+	// closed, or every slot is taken. ttl frees a slot whose holder never reports.
+	TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (bool, error)
+	// ReturnTrial gives a trial slot back unused (the call was never made or said nothing).
+	ReturnTrial(ctx context.Context, breaker string) error
+	// TrialSucceeded counts a successful trial; when max have succeeded the breaker is closed,
+	// its counts cleared, BreakerClosed published, and closed is true.
+	TrialSucceeded(ctx context.Context, breaker string, max int, origin string) (closed bool, err error)
+	// CloseBreaker closes a half-open breaker at once (the out-of-band prober's verdict) and
+	// publishes BreakerClosed; closed is false when it was not half-open.
+	CloseBreaker(ctx context.Context, breaker, origin string) (closed bool, err error)
+	// ForceBreaker sets or clears (ForcedNone) a forced state and publishes BreakerForced. It is
+	// BreakerStateStore.SetForced with the news told to every instance.
+	ForceBreaker(ctx context.Context, breaker string, f Forced, origin string) error
+	// ResetBreaker closes the breaker, clears its counts, trials and forcing, and publishes
+	// BreakerReset.
+	ResetBreaker(ctx context.Context, breaker, origin string) error
+	// BreakerStates returns the fleet's state of each named breaker (every name is in the map).
+	BreakerStates(ctx context.Context, breakers []string) (map[string]SharedBreaker, error)
+	// WatchBreakers calls fn with every BreakerEvent published from now on, in order, until ctx
+	// ends; it returns when the subscription fails (the caller re-reads BreakerStates and
+	// watches again) or ctx ends.
+	WatchBreakers(ctx context.Context, fn func(BreakerEvent)) error
+}
+
+// Leases elect one holder of a named job among processes (the out-of-band prober of a gateway).
+type Leases interface {
+	// HoldLease takes the lease called name for holder, or renews it when holder has it, for
+	// ttl; held is false while another holder has it.
+	HoldLease(ctx context.Context, name, holder string, ttl time.Duration) (held bool, err error)
+	// DropLease gives the lease up if holder has it.
+	DropLease(ctx context.Context, name, holder string) error
+}

@@ -40,6 +40,9 @@ type BreakerSettings struct {
 	// HalfOpenRequests is how many trial calls half-open admits; all must succeed to close,
 	// any failure opens it again. 0 is taken as 1.
 	HalfOpenRequests int
+	// OutOfBand leaves the trial to a Prober: in half-open no customer call is admitted, and the
+	// prober's verdict on the gateway's health endpoint closes or reopens the breaker.
+	OutOfBand bool
 }
 
 // withDefaults returns s with its zero values replaced by what they mean.
@@ -95,8 +98,13 @@ type Snapshot struct {
 	Counts    Counts
 }
 
-// Breaker is the circuit breaker of one failure domain "<gateway>/<operation>": gobreaker's
-// state machine, plus forcing by ops and an atomic reset.
+// Breaker is the circuit breaker of one failure domain "<gateway>/<operation>".
+//
+// While closed, admission is gobreaker's TwoStepCircuitBreaker, with no lock of ours and no
+// network call: it counts outcomes in its rolling window and applies the trip rules. When it
+// trips, the breaker opens and the machine is replaced by a fresh one; open and half-open are
+// ours, because they must be shared: a fleet (Fleet) opens, closes and forces a breaker on every
+// instance, and its trials are counted fleet-wide. Ops' forcing sits above all of it.
 //
 // Locks: gobreaker calls our callbacks with its own mutex held, and they take b.mu; so b.mu is
 // never held while calling into gobreaker.
@@ -107,15 +115,24 @@ type Breaker struct {
 	settings BreakerSettings
 	obs      Observer
 
-	// machine is swapped whole by Reset; the hot path reads it without a lock.
+	// machine counts the closed state; it is swapped whole on every change of state, so a
+	// call admitted before the change reports into a machine nobody reads.
 	machine atomic.Pointer[machine]
-	// forcing mirrors forced for the hot path.
+	// forcing mirrors forced, and closed mirrors state == StateClosed, for the hot path.
 	forcing atomic.Pointer[payrouter.Forced]
+	closed  atomic.Bool
+	// fleet shares the breaker with other instances; nil when the state store is not shared.
+	fleet *fleetLink
 
-	mu        sync.Mutex
-	under     State            // the state machine's last state, as its callbacks told
-	forced    payrouter.Forced // what ops imposed
-	openUntil time.Time        // when the machine, opened by a trip, becomes half-open
+	mu             sync.Mutex
+	state          State            // the breaker's own state, forcing aside
+	forced         payrouter.Forced // what ops imposed
+	openUntil      time.Time        // while open: when it becomes half-open
+	trials         int              // while half-open: trial calls admitted here and not yet reported
+	trialSuccesses int64            // while half-open: trial calls that succeeded here
+	changedAt      time.Time        // when state last changed here (Fleet.Sync leaves fresh news alone)
+	asking         bool             // a fleet trial slot is being asked for
+	askAgain       time.Time        // the fleet said no trial slot: do not ask again before this
 }
 
 // The values forcing points to, so that forcing allocates nothing.
@@ -148,10 +165,11 @@ func NewBreaker(gateway string, op payrouter.Operation, s BreakerSettings, obs O
 		op:       op,
 		settings: s.withDefaults(),
 		obs:      obs,
-		under:    StateClosed,
+		state:    StateClosed,
 	}
 	b.machine.Store(b.newMachine())
 	b.forcing.Store(&forcedNone)
+	b.closed.Store(true)
 	return b
 }
 
@@ -161,31 +179,26 @@ func (b *Breaker) Name() string { return b.name }
 // Settings returns the breaker's rules, zero values replaced by what they mean.
 func (b *Breaker) Settings() BreakerSettings { return b.settings }
 
-// machine is one gobreaker with the state its callbacks keep. Reset replaces it whole, and a
-// replaced machine's late callbacks are ignored.
+// machine is one gobreaker counting one closed period.
 type machine struct {
 	b  *Breaker
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
-
-	// Guarded by cb's own mutex: gobreaker calls ReadyToTrip, IsSuccessful and OnStateChange
-	// with it held, and only they touch these.
-	state          gobreaker.State
-	tripCounts     gobreaker.Counts // the counts ReadyToTrip last tripped on
-	trialSuccesses int64            // successful trial calls in this half-open period
+	// tripCounts is what ReadyToTrip last tripped on, guarded by cb's own mutex: gobreaker clears
+	// its counts before OnStateChange.
+	tripCounts gobreaker.Counts
 }
 
 func (b *Breaker) newMachine() *machine {
-	m := &machine{b: b, state: gobreaker.StateClosed}
+	m := &machine{b: b}
 	s := b.settings
 	m.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:          b.name,
-		MaxRequests:   uint32(s.HalfOpenRequests),
 		Interval:      s.Window,
 		BucketPeriod:  s.Window / windowBuckets,
-		Timeout:       s.Cooldown,
+		Timeout:       s.Cooldown, // unused: a tripped machine is replaced at once
 		ReadyToTrip:   m.readyToTrip,
 		OnStateChange: m.onStateChange,
-		IsSuccessful:  m.isSuccessful,
+		IsSuccessful:  isSuccessful,
 		IsExcluded:    isExcluded,
 	})
 	return m
@@ -195,65 +208,72 @@ func (m *machine) readyToTrip(c gobreaker.Counts) bool {
 	if !m.b.settings.readyToTrip(c) {
 		return false
 	}
-	m.tripCounts = c // gobreaker clears its counts before OnStateChange: keep what tripped it
+	m.tripCounts = c
 	return true
 }
 
-func (m *machine) isSuccessful(err error) bool {
-	ok := verdictOf(err) == countedSuccess
-	if ok && m.state == gobreaker.StateHalfOpen {
-		m.trialSuccesses++
-	}
-	return ok
-}
+func isSuccessful(err error) bool { return verdictOf(err) == countedSuccess }
 
 func isExcluded(err error) bool { return verdictOf(err) == excluded }
 
+// onStateChange hears the machine trip; it never sees another change, being replaced at once.
 func (m *machine) onStateChange(_ string, from, to gobreaker.State) {
-	m.state = to
-	// The counts of the period that ended; gobreaker has already cleared its own.
-	var c Counts
-	switch {
-	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
-		c = countsOf(m.tripCounts)
-	case from == gobreaker.StateHalfOpen && to == gobreaker.StateOpen:
-		c = Counts{Requests: m.trialSuccesses + 1, Failures: 1, ConsecutiveFailures: 1}
-	case from == gobreaker.StateHalfOpen && to == gobreaker.StateClosed:
-		c = Counts{Requests: m.trialSuccesses}
-	}
-	m.trialSuccesses = 0
-	m.b.machineChanged(m, stateOf(to), c)
-}
-
-func stateOf(s gobreaker.State) State {
-	switch s {
-	case gobreaker.StateOpen:
-		return StateOpen
-	case gobreaker.StateHalfOpen:
-		return StateHalfOpen
-	default:
-		return StateClosed
+	if from == gobreaker.StateClosed && to == gobreaker.StateOpen {
+		m.b.tripped(m, countsOf(m.tripCounts))
 	}
 }
 
-// machineChanged records a transition of m and reports it if it changes what the breaker shows.
-func (b *Breaker) machineChanged(m *machine, to State, c Counts) {
+// tripped opens the breaker when the machine of its closed period trips.
+func (b *Breaker) tripped(m *machine, c Counts) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.machine.Load() != m {
-		return // replaced by Reset: its news is stale
+	if b.machine.Load() != m || b.state != StateClosed {
+		return // replaced: its news is stale
 	}
+	b.openLocked(time.Now(), b.settings.Cooldown, c)
+	if b.fleet != nil {
+		b.fleet.opened(b, b.settings.Cooldown, c)
+	}
+}
+
+// openLocked opens the breaker for cooldown. b.mu held.
+func (b *Breaker) openLocked(now time.Time, cooldown time.Duration, c Counts) {
 	from := b.shown()
-	b.under = to
-	if to == StateOpen {
-		b.openUntil = time.Now().Add(b.settings.Cooldown)
-	} else {
-		b.openUntil = time.Time{}
-	}
+	b.setState(now, StateOpen)
+	b.openUntil = now.Add(cooldown)
 	b.report(from, c)
 }
 
-// shown is the state the breaker shows: the forced one, else the machine's. b.mu held.
+// closeLocked closes the breaker with a fresh count. b.mu held.
+func (b *Breaker) closeLocked(now time.Time, c Counts) {
+	from := b.shown()
+	b.setState(now, StateClosed)
+	b.report(from, c)
+}
+
+// setState enters a state with nothing of the previous one kept. b.mu held.
+func (b *Breaker) setState(now time.Time, s State) {
+	b.machine.Store(b.newMachine())
+	b.state = s
+	b.openUntil = time.Time{}
+	b.trials, b.trialSuccesses = 0, 0
+	b.askAgain = time.Time{}
+	b.changedAt = now
+	b.closed.Store(s == StateClosed)
+}
+
+// advance moves an open breaker whose cooldown is over to half-open: nothing else does, so the
+// admin API and the metrics show half_open once someone looks, traffic or not. As in gobreaker,
+// the cooldown is over strictly after openUntil. b.mu held.
+func (b *Breaker) advance(now time.Time) {
+	if b.state == StateOpen && now.After(b.openUntil) {
+		from := b.shown()
+		b.setState(now, StateHalfOpen)
+		b.report(from, Counts{})
+	}
+}
+
+// shown is the state the breaker shows: the forced one, else its own. b.mu held.
 func (b *Breaker) shown() State {
 	switch b.forced {
 	case payrouter.ForcedOpen:
@@ -261,7 +281,7 @@ func (b *Breaker) shown() State {
 	case payrouter.ForcedClosed:
 		return StateClosed
 	default:
-		return b.under
+		return b.state
 	}
 }
 
@@ -273,88 +293,261 @@ func (b *Breaker) report(from State, c Counts) {
 	}
 }
 
-// sync makes gobreaker move an open breaker whose cooldown is over to half-open: it only does so
-// when asked, and the admin API and metrics must show half_open with no traffic too.
-func (m *machine) sync() gobreaker.Counts {
-	m.cb.State()
-	return m.cb.Counts()
+// trialKind says whether an admitted call is a half-open trial, and whose slot it holds.
+type trialKind uint8
+
+const (
+	noTrial    trialKind = iota
+	localTrial           // a slot of this instance's half-open
+	fleetTrial           // a slot of the fleet's half-open (payrouter.FleetBreakers.TakeTrial)
+)
+
+// admission is one admitted call, handed back to finish with its outcome.
+type admission struct {
+	m     *machine    // the closed period's machine that counted the call; nil otherwise
+	done  func(error) // m's report
+	trial trialKind
 }
 
-// allow is Allow without the wrapping of done, for Guard: done takes the report itself.
-func (b *Breaker) allow() (done func(error), err error) {
+// allow admits one call or returns ErrOpen. An admitted call must be finished exactly once.
+func (b *Breaker) allow() (admission, error) {
 	switch *b.forcing.Load() {
 	case payrouter.ForcedOpen:
 		b.obs.BreakerRejected(b.gateway, b.op)
-		return nil, ErrOpen
+		return admission{}, ErrOpen
 	case payrouter.ForcedClosed:
-		return ignoreReport, nil
+		return admission{}, nil // bypasses every count: nothing can trip it
 	}
-	done, err = b.machine.Load().cb.Allow()
-	if err != nil {
-		b.obs.BreakerRejected(b.gateway, b.op)
-		return nil, ErrOpen
+	if b.closed.Load() {
+		m := b.machine.Load()
+		if done, err := m.cb.Allow(); err == nil {
+			return admission{m: m, done: done}, nil
+		}
+		// The machine tripped between the two loads: the breaker is open by now.
 	}
-	return done, nil
+	return b.allowSlow()
 }
 
-// ignoreReport is done for calls admitted while forced closed: they bypass the state machine, so
-// nothing they return can trip it, and its counts are left as they were.
-func ignoreReport(error) {}
+// allowSlow admits a call while the breaker is not closed: only half-open trials get through.
+func (b *Breaker) allowSlow() (admission, error) {
+	now := time.Now()
+	b.mu.Lock()
+	b.advance(now)
+	switch {
+	case b.state == StateClosed: // closed again meanwhile
+		b.mu.Unlock()
+		m := b.machine.Load()
+		if done, err := m.cb.Allow(); err == nil {
+			return admission{m: m, done: done}, nil
+		}
+		return b.reject()
+	case b.state != StateHalfOpen, b.settings.OutOfBand, b.trials >= b.settings.HalfOpenRequests:
+		b.mu.Unlock()
+		return b.reject()
+	}
+	if b.fleet == nil || !b.fleet.usable() {
+		b.trials++
+		b.mu.Unlock()
+		return admission{trial: localTrial}, nil
+	}
+	// The fleet's trial slots: one question at a time from this instance, and none for a while
+	// after the fleet said no, so that a half-open breaker under load costs Redis almost nothing.
+	if b.asking || now.Before(b.askAgain) {
+		b.mu.Unlock()
+		return b.reject()
+	}
+	b.asking = true
+	b.mu.Unlock()
+	ok, err := b.fleet.takeTrial(b)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asking = false
+	switch {
+	case err != nil: // the fleet cannot answer: this instance decides alone, as without one
+		if b.state == StateHalfOpen && b.trials < b.settings.HalfOpenRequests {
+			b.trials++
+			return admission{trial: localTrial}, nil
+		}
+	case !ok:
+		b.askAgain = time.Now().Add(askAgainAfter)
+	case b.state == StateHalfOpen:
+		b.trials++
+		return admission{trial: fleetTrial}, nil
+	default: // closed or reopened while asking: the slot is not needed
+		b.fleet.returnTrial(b)
+	}
+	b.obs.BreakerRejected(b.gateway, b.op)
+	return admission{}, ErrOpen
+}
+
+// askAgainAfter is how long an instance waits before asking the fleet for a trial slot again
+// after it said no: the trial under way elsewhere reports within its timeout, and the news comes
+// by pub/sub.
+const askAgainAfter = 100 * time.Millisecond
+
+func (b *Breaker) reject() (admission, error) {
+	b.obs.BreakerRejected(b.gateway, b.op)
+	return admission{}, ErrOpen
+}
+
+// finish reports the outcome of an admitted call.
+func (b *Breaker) finish(a admission, report error) {
+	switch {
+	case a.m != nil:
+		a.done(report) // may trip the machine, which opens the breaker
+		if b.fleet != nil {
+			if v := verdictOf(report); v != excluded {
+				b.fleet.count(b, v == countedFailure)
+			}
+		}
+	case a.trial != noTrial:
+		b.trialDone(a.trial, verdictOf(report))
+	}
+}
+
+// trialDone applies a trial call's verdict: any failure reopens, HalfOpenRequests successes
+// close, an excluded outcome gives the slot back.
+func (b *Breaker) trialDone(kind trialKind, v verdict) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != StateHalfOpen {
+		// Closed, reopened or reset while the trial ran: its news is stale.
+		if kind == fleetTrial && v == excluded {
+			b.fleet.returnTrial(b)
+		}
+		return
+	}
+	switch v {
+	case excluded:
+		b.trials--
+		if kind == fleetTrial {
+			b.fleet.returnTrial(b)
+		}
+	case countedFailure:
+		c := Counts{Requests: b.trialSuccesses + 1, Failures: 1, ConsecutiveFailures: 1}
+		b.openLocked(now, b.settings.Cooldown, c)
+		if b.fleet != nil {
+			b.fleet.opened(b, b.settings.Cooldown, c)
+		}
+	default:
+		b.trialSuccesses++
+		if kind == fleetTrial {
+			b.fleet.trialSucceeded(b) // the fleet closes it when all its trials succeeded
+		} else if b.trialSuccesses >= int64(b.settings.HalfOpenRequests) {
+			b.closeLocked(now, Counts{Requests: b.trialSuccesses})
+		}
+	}
+}
 
 // Allow asks the breaker to admit one call. If it does, the caller must call done exactly once
 // with the call's outcome (a trial call in half-open that is never reported holds its place for
 // good). err is ErrOpen when the breaker refuses: open, forced open, or half-open with its trial
 // calls taken.
 func (b *Breaker) Allow() (done func(payrouter.Outcome), err error) {
-	d, err := b.allow()
+	a, err := b.allow()
 	if err != nil {
 		return nil, err
 	}
-	return func(o payrouter.Outcome) { d(reportOf(o)) }, nil
+	return func(o payrouter.Outcome) { b.finish(a, reportOf(o)) }, nil
+}
+
+// ProbeResult is the out-of-band prober's verdict on the gateway's health. It decides a
+// half-open breaker only (healthy closes it, unhealthy opens it for another cooldown); closed
+// and open breakers are left alone, so a probe never enters the customer counts.
+func (b *Breaker) ProbeResult(healthy bool) {
+	now := time.Now()
+	b.mu.Lock()
+	b.advance(now)
+	if b.state != StateHalfOpen {
+		b.mu.Unlock()
+		return
+	}
+	if !healthy {
+		c := Counts{Requests: 1, Failures: 1, ConsecutiveFailures: 1}
+		b.openLocked(now, b.settings.Cooldown, c)
+		if b.fleet != nil {
+			b.fleet.opened(b, b.settings.Cooldown, c)
+		}
+		b.mu.Unlock()
+		return
+	}
+	if b.fleet == nil || !b.fleet.usable() {
+		b.closeLocked(now, Counts{Requests: 1})
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	// The fleet closes it, and the news reaches every instance, this one included.
+	if closed, err := b.fleet.closeHalfOpen(b); err != nil || closed {
+		b.mu.Lock()
+		if b.state == StateHalfOpen {
+			b.closeLocked(time.Now(), Counts{Requests: 1})
+		}
+		b.mu.Unlock()
+	}
 }
 
 // Force imposes a state: ForcedOpen refuses every call; ForcedClosed admits every call and
-// nothing can trip it; ForcedNone clears forcing and shows the state machine's state again,
-// which forcing left as it was. Any other value is taken as ForcedNone.
+// nothing can trip it; ForcedNone clears forcing and shows the breaker's own state again, which
+// forcing left to run its course (a cooldown still ends). Any other value is taken as
+// ForcedNone. It changes this instance only; Fleet.Force shares it.
 func (b *Breaker) Force(f payrouter.Forced) {
 	f = *forcingOf(f)
-	m := b.machine.Load()
-	c := countsOf(m.sync())
+	mc := b.machineCounts()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.advance(time.Now())
 	from := b.shown()
 	b.forced = f
 	b.forcing.Store(forcingOf(f))
+	b.report(from, b.countsLocked(mc))
+}
+
+// Reset closes the breaker, clears its counts and its forcing. Calls admitted before the reset
+// report into a machine that is gone and change nothing. It changes this instance only;
+// Fleet.Force shares it.
+func (b *Breaker) Reset() {
+	mc := b.machineCounts()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.countsLocked(mc)
+	from := b.shown()
+	b.setState(time.Now(), StateClosed)
+	b.forced = payrouter.ForcedNone
+	b.forcing.Store(&forcedNone)
 	b.report(from, c)
 }
 
-// Reset closes the breaker, clears its counts and its forcing. The state machine is replaced by
-// a fresh one, so calls admitted before the reset report into the old one and change nothing.
-func (b *Breaker) Reset() {
-	fresh := b.newMachine()
-	c := countsOf(b.machine.Load().cb.Counts())
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	from := b.shown()
-	b.machine.Store(fresh)
-	b.under = StateClosed
-	b.forced = payrouter.ForcedNone
-	b.forcing.Store(&forcedNone)
-	b.openUntil = time.Time{}
-	b.report(from, c)
+// machineCounts reads the closed period's counts. Never with b.mu held: gobreaker takes its own
+// lock to answer, and calls tripped, which takes b.mu, with that lock held.
+func (b *Breaker) machineCounts() Counts {
+	return countsOf(b.machine.Load().cb.Counts())
+}
+
+// countsLocked returns the counts of the current period, mc being machineCounts read just
+// before b.mu was taken. b.mu held.
+func (b *Breaker) countsLocked(mc Counts) Counts {
+	if b.state == StateClosed {
+		return mc
+	}
+	if b.state == StateHalfOpen {
+		return Counts{Requests: b.trialSuccesses}
+	}
+	return Counts{}
 }
 
 // OpenUntil returns when the breaker, opened by a trip, lets trial calls through; zero when it is
 // not open, or is forced open (that holds until reset).
 func (b *Breaker) OpenUntil() time.Time {
-	b.machine.Load().cb.State() // an elapsed cooldown means half-open: no reopening to wait for
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.advance(time.Now())
 	return b.openUntilLocked()
 }
 
 func (b *Breaker) openUntilLocked() time.Time {
-	if b.forced != payrouter.ForcedNone || b.under != StateOpen {
+	if b.forced != payrouter.ForcedNone || b.state != StateOpen {
 		return time.Time{}
 	}
 	return b.openUntil
@@ -362,9 +555,10 @@ func (b *Breaker) openUntilLocked() time.Time {
 
 // Snapshot returns the breaker as the admin API shows it.
 func (b *Breaker) Snapshot() Snapshot {
-	c := countsOf(b.machine.Load().sync())
+	mc := b.machineCounts()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.advance(time.Now())
 	return Snapshot{
 		Name:      b.name,
 		Gateway:   b.gateway,
@@ -372,14 +566,14 @@ func (b *Breaker) Snapshot() Snapshot {
 		State:     b.shown(),
 		Forced:    b.forced,
 		OpenUntil: b.openUntilLocked(),
-		Counts:    c,
+		Counts:    b.countsLocked(mc),
 	}
 }
 
 // State returns the state the breaker shows (forcing included).
 func (b *Breaker) State() State {
-	b.machine.Load().cb.State()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.advance(time.Now())
 	return b.shown()
 }

@@ -38,6 +38,11 @@ type GatewaySettings struct {
 	DialTimeout time.Duration
 	// Breaker holds the rules of the gateway's breakers, one per operation.
 	Breaker BreakerSettings
+	// ProbeInterval is how often the Prober calls the gateway's health endpoint when
+	// Breaker.OutOfBand; 0: DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds each probe; 0: DefaultProbeTimeout, at most ProbeInterval.
+	ProbeTimeout time.Duration
 }
 
 // withDefaults returns s with its zero values replaced by what they mean.
@@ -51,6 +56,13 @@ func (s GatewaySettings) withDefaults() GatewaySettings {
 	if s.DialTimeout <= 0 {
 		s.DialTimeout = DefaultDialTimeout
 	}
+	if s.ProbeInterval <= 0 {
+		s.ProbeInterval = DefaultProbeInterval
+	}
+	if s.ProbeTimeout <= 0 {
+		s.ProbeTimeout = DefaultProbeTimeout
+	}
+	s.ProbeTimeout = min(s.ProbeTimeout, s.ProbeInterval)
 	s.Breaker = s.Breaker.withDefaults()
 	return s
 }

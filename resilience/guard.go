@@ -62,26 +62,26 @@ const (
 // timeout and expired, or it was cancelled) is still returned as it is, since the gateway may have
 // acted, but it is not counted against the breaker: the gateway was not given its full timeout.
 func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter.Result) (payrouter.Result, time.Duration) {
-	done, err := g.breaker.allow()
+	adm, err := g.breaker.allow()
 	if err != nil {
 		g.obs.CallDone(g.gateway, g.op, payrouter.OutcomeBreakerOpen, 0)
 		return payrouter.Result{Outcome: payrouter.OutcomeBreakerOpen, Detail: detailBreakerOpen}, 0
 	}
 	if !g.bulkhead.acquire(ctx) {
-		done(reportOf(payrouter.OutcomeBulkheadFull)) // excluded: hands a half-open trial back
+		g.breaker.finish(adm, reportOf(payrouter.OutcomeBulkheadFull)) // excluded: hands a half-open trial back
 		g.obs.CallDone(g.gateway, g.op, payrouter.OutcomeBulkheadFull, 0)
 		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detailBulkheadFull}, 0
 	}
-	return g.run(ctx, call, done)
+	return g.run(ctx, call, adm)
 }
 
 // run is the part of Do that holds a slot and the breaker's admission.
-func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Result, done func(error)) (payrouter.Result, time.Duration) {
+func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Result, adm admission) (payrouter.Result, time.Duration) {
 	reported := false
 	defer func() {
 		if !reported {
 			// call panicked: a half-open trial never reported would hold its place for good.
-			done(errAbandoned)
+			g.breaker.finish(adm, errAbandoned)
 		}
 		g.bulkhead.release()
 	}()
@@ -105,7 +105,7 @@ func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Re
 	if res.Outcome.IsFailure() && callerEnded(ctx, budgetFirst) {
 		report = &outcomeError{outcome: res.Outcome, callerGone: true}
 	}
-	done(report)
+	g.breaker.finish(adm, report)
 	reported = true
 	g.obs.CallDone(g.gateway, g.op, res.Outcome, d)
 	return res, d

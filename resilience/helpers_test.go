@@ -38,6 +38,13 @@ type recorder struct {
 	durations   []time.Duration
 	inFlight    []int
 	bhRejected  int
+	probes      []probe
+}
+
+// probe is one ProbeDone the recorder heard.
+type probe struct {
+	Gateway string
+	Healthy bool
 }
 
 func newRecorder() *recorder { return &recorder{rejected: map[string]int{}} }
@@ -65,6 +72,12 @@ func (r *recorder) BulkheadChanged(_ string, inFlight, _ int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inFlight = append(r.inFlight, inFlight)
+}
+
+func (r *recorder) ProbeDone(gateway string, healthy bool, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.probes = append(r.probes, probe{gateway, healthy})
 }
 
 func (r *recorder) BulkheadRejected(string) {

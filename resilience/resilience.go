@@ -53,6 +53,8 @@ type Observer interface {
 	BulkheadChanged(gateway string, inFlight, capacity int)
 	// BulkheadRejected reports a call refused for want of a bulkhead slot.
 	BulkheadRejected(gateway string)
+	// ProbeDone reports one out-of-band probe of a gateway's health endpoint.
+	ProbeDone(gateway string, healthy bool, d time.Duration)
 }
 
 // NopObserver is an Observer that does nothing.
@@ -72,6 +74,9 @@ func (NopObserver) BulkheadChanged(string, int, int) {}
 
 // BulkheadRejected does nothing.
 func (NopObserver) BulkheadRejected(string) {}
+
+// ProbeDone does nothing.
+func (NopObserver) ProbeDone(string, bool, time.Duration) {}
 
 // outcomeError carries an attempt's outcome through gobreaker's done(err) to IsSuccessful and
 // IsExcluded, so that the outcome rules live in one place (classify) and nowhere in gobreaker's

@@ -31,6 +31,10 @@ type Metrics struct {
 	charges            *prometheus.CounterVec
 	fallbacks          *prometheus.CounterVec
 	httpDuration       *prometheus.HistogramVec
+	stateStoreUp       prometheus.Gauge
+	probeUp            *prometheus.GaugeVec
+	probes             *prometheus.CounterVec
+	probeDuration      *prometheus.HistogramVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -87,8 +91,27 @@ func NewMetrics() *Metrics {
 			Help:    "Duration of storefront API requests, by route and status code.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
+		stateStoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrouter_state_store_up",
+			Help: "1 when the state store answers; 0 while this instance serves on local state (breakers and idempotency keys not shared).",
+		}),
+		probeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrouter_probe_up",
+			Help: "Out-of-band probes: 1 when the gateway's last health probe succeeded, 0 when it failed.",
+		}, []string{"gateway"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_probes_total",
+			Help: "Out-of-band health probes, by gateway and result (healthy, failed).",
+		}, []string{"gateway", "result"}),
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "payrouter_probe_duration_seconds",
+			Help:    "Duration of out-of-band health probes, by gateway.",
+			Buckets: gatewayBuckets,
+		}, []string{"gateway"}),
 	}
-	reg.MustRegister(
+	m.stateStoreUp.Set(1)
+	reg.MustRegister(m.stateStoreUp, m.probeUp, m.probes, m.probeDuration,
+
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
 		m.charges, m.fallbacks, m.httpDuration,
@@ -177,4 +200,24 @@ func (m *Metrics) FallbackUsed(op payrouter.Operation, fallback string) {
 // HTTPRequest observes one storefront API request.
 func (m *Metrics) HTTPRequest(route string, code int, d time.Duration) {
 	m.httpDuration.WithLabelValues(route, strconv.Itoa(code)).Observe(d.Seconds())
+}
+
+// StateStoreUp sets payrouter_state_store_up.
+func (m *Metrics) StateStoreUp(up bool) {
+	if up {
+		m.stateStoreUp.Set(1)
+	} else {
+		m.stateStoreUp.Set(0)
+	}
+}
+
+// ProbeDone implements resilience.Observer.
+func (m *Metrics) ProbeDone(gateway string, healthy bool, d time.Duration) {
+	result, up := "failed", 0.0
+	if healthy {
+		result, up = "healthy", 1
+	}
+	m.probeUp.WithLabelValues(gateway).Set(up)
+	m.probes.WithLabelValues(gateway, result).Inc()
+	m.probeDuration.WithLabelValues(gateway).Observe(d.Seconds())
 }

@@ -1,0 +1,498 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Defaults of FleetOptions.
+const (
+	DefaultFleetTimeout = 100 * time.Millisecond
+	DefaultFleetRefresh = time.Second
+	DefaultReportEvery  = 100 * time.Millisecond
+	// watchRetry is how long the watcher waits before subscribing again after a failure.
+	watchRetry = 250 * time.Millisecond
+	// jobQueue bounds the fleet calls waiting to be made; they are rare (one per transition or
+	// trial), so a full queue means the store is far behind, and dropping is the safe choice:
+	// the next Sync repairs what a dropped call would have said.
+	jobQueue = 256
+)
+
+// FleetOptions configures a Fleet; every zero value is documented.
+type FleetOptions struct {
+	// Origin names this instance in the events it causes; events it caused itself are not
+	// applied twice.
+	Origin string
+	// Timeout bounds each call to the shared store; the only one a customer call may wait for is
+	// taking a half-open trial slot. 0: DefaultFleetTimeout.
+	Timeout time.Duration
+	// Refresh is how often every breaker is re-read from the shared store, the safety net for
+	// pub/sub messages lost while not subscribed. 0: DefaultFleetRefresh.
+	Refresh time.Duration
+	// ReportEvery is how often counted successes are sent to the shared store; failures are sent
+	// at once, since they are what opens a breaker. 0: DefaultReportEvery.
+	ReportEvery time.Duration
+	// Up reports whether the shared store is reachable (statestore.Store.Up); while it is not,
+	// each instance decides alone, on its own counts and trials. nil: always.
+	Up func() bool
+	// Log receives what goes wrong with the shared store; nil: discarded.
+	Log *slog.Logger
+}
+
+func (o FleetOptions) withDefaults() FleetOptions {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultFleetTimeout
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = DefaultFleetRefresh
+	}
+	if o.ReportEvery <= 0 {
+		o.ReportEvery = DefaultReportEvery
+	}
+	if o.Up == nil {
+		o.Up = func() bool { return true }
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// Fleet shares every breaker of a Domains with the other instances of a fleet through a
+// payrouter.FleetBreakers (DESIGN.md, Breakers). Admission stays local and costs no network
+// call: each instance's breaker counts its own calls and trips on its own counts, and besides
+// that
+//   - counted outcomes go to the shared store (failures at once, successes every ReportEvery),
+//     whose script trips the breaker on the fleet's counts;
+//   - an instance that trips its breaker, or fails a trial, opens it fleet-wide;
+//   - every instance learns each change by pub/sub, and re-reads all breakers every Refresh;
+//   - half-open trials are the fleet's: HalfOpenRequests trial calls run fleet-wide;
+//   - forced states and resets are the fleet's (Force).
+//
+// While the shared store does not answer, each instance keeps deciding alone; Resync, called
+// when it answers again, tells it what this instance decided meanwhile and reads the fleet's state.
+type Fleet struct {
+	shared payrouter.FleetBreakers
+	o      FleetOptions
+	links  []*fleetLink
+	byName map[string]*fleetLink
+	wake   chan struct{}
+	jobs   chan func(context.Context)
+}
+
+// fleetLink is one breaker's tie to the fleet.
+type fleetLink struct {
+	f        *Fleet
+	b        *Breaker
+	rules    payrouter.BreakerRules
+	trialTTL time.Duration
+	// Counted outcomes not yet sent. trailing is the failures since the last success; the three
+	// are read apart, which can misplace an outcome or two between reports, never lose one.
+	successes, failures, trailing atomic.Int64
+
+	mu           sync.Mutex
+	pendingForce *payrouter.Forced // a Force the store did not take, sent again by Resync
+}
+
+// NewFleet ties every breaker of d to shared. Call it before d serves any call; then Sync once
+// (an instance restarted while a breaker is open comes back open) and Run.
+func NewFleet(d *Domains, shared payrouter.FleetBreakers, o FleetOptions) *Fleet {
+	f := &Fleet{
+		shared: shared,
+		o:      o.withDefaults(),
+		byName: map[string]*fleetLink{},
+		wake:   make(chan struct{}, 1),
+		jobs:   make(chan func(context.Context), jobQueue),
+	}
+	for _, gd := range d.gateways {
+		for _, g := range gd.guards {
+			s := g.breaker.settings
+			l := &fleetLink{
+				f: f, b: g.breaker,
+				rules: payrouter.BreakerRules{
+					ConsecutiveFailures: s.ConsecutiveFailures, FailuresInWindow: s.FailuresInWindow,
+					FailureRate: s.FailureRate, MinRequests: s.MinRequests,
+					Window: s.Window, Cooldown: s.Cooldown,
+				},
+				// A trial slot whose holder died is freed once the trial could no longer be
+				// running.
+				trialTTL: g.timeout + time.Second,
+			}
+			g.breaker.fleet = l
+			f.links = append(f.links, l)
+			f.byName[g.breaker.name] = l
+		}
+	}
+	return f
+}
+
+// Run reports outcomes, makes the queued fleet calls, watches the fleet's events and re-reads
+// every breaker each Refresh, until ctx ends.
+func (f *Fleet) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { f.report(ctx) })
+	wg.Go(func() { f.work(ctx) })
+	wg.Go(func() { f.watch(ctx) })
+	wg.Go(func() {
+		tick := time.NewTicker(f.o.Refresh)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if f.o.Up() {
+					f.Sync(ctx) // an error marks the store down; nothing else to do
+				}
+			}
+		}
+	})
+	wg.Wait()
+}
+
+// bound gives ctx the fleet's timeout.
+func (f *Fleet) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.o.Timeout)
+}
+
+// Sync reads every breaker's fleet-wide state and applies it here.
+func (f *Fleet) Sync(ctx context.Context) error {
+	names := make([]string, len(f.links))
+	for i, l := range f.links {
+		names[i] = l.b.name
+	}
+	ctx, cancel := f.bound(ctx)
+	defer cancel()
+	states, err := f.shared.BreakerStates(ctx, names)
+	if err != nil {
+		return err
+	}
+	// News older than this that disagrees with a change made here since is not applied: the
+	// change may not have reached the store when it was read.
+	readAt := time.Now().Add(-f.o.Timeout)
+	for _, l := range f.links {
+		st, ok := states[l.b.name]
+		if !ok {
+			continue
+		}
+		l.mu.Lock()
+		pending := l.pendingForce != nil
+		l.mu.Unlock()
+		if !pending {
+			l.b.fleetForced(st.Forced)
+		}
+		switch {
+		case st.Open:
+			l.b.fleetOpened(st.OpenFor, countsFrom(st.Counts))
+		case st.HalfOpen:
+			l.b.fleetHalfOpen(readAt)
+		default:
+			l.b.fleetClosed(readAt)
+		}
+	}
+	return nil
+}
+
+// Resync is for the moment the shared store answers again: it sends what this instance decided
+// alone meanwhile (forced states, breakers it opened), then reads the fleet's state.
+func (f *Fleet) Resync(ctx context.Context) error {
+	for _, l := range f.links {
+		l.mu.Lock()
+		pf := l.pendingForce
+		l.mu.Unlock()
+		if pf != nil {
+			if err := l.share(ctx, *pf); err != nil {
+				return err
+			}
+		}
+		if until, c, open := l.b.ownOpen(); open {
+			cctx, cancel := f.bound(ctx)
+			_, err := f.shared.OpenBreaker(cctx, l.b.name, time.Until(until), payrouter.BreakerCounts(c), f.o.Origin)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return f.Sync(ctx)
+}
+
+// Force applies an ops decision to b here at once, whatever the store says, then shares it
+// (ForcedNone is a reset). When the store does not take it, Resync sends it again, and the error
+// says that other instances have not heard of it yet.
+func (f *Fleet) Force(ctx context.Context, b *Breaker, forced payrouter.Forced) error {
+	l := f.byName[b.name]
+	if l == nil || l.b != b {
+		return errors.New("resilience: breaker " + b.name + " is not of this fleet")
+	}
+	if forced == payrouter.ForcedNone {
+		b.Reset()
+	} else {
+		b.Force(forced)
+	}
+	if err := l.share(ctx, forced); err != nil {
+		l.mu.Lock()
+		l.pendingForce = &forced
+		l.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// share sends a forced state (ForcedNone: a reset) to the store, and forgets the pending one
+// when it was that.
+func (l *fleetLink) share(ctx context.Context, forced payrouter.Forced) error {
+	ctx, cancel := l.f.bound(ctx)
+	defer cancel()
+	var err error
+	if forced == payrouter.ForcedNone {
+		err = l.f.shared.ResetBreaker(ctx, l.b.name, l.f.o.Origin)
+	} else {
+		err = l.f.shared.ForceBreaker(ctx, l.b.name, forced, l.f.o.Origin)
+	}
+	if err == nil {
+		l.mu.Lock()
+		if l.pendingForce != nil && *l.pendingForce == forced {
+			l.pendingForce = nil
+		}
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// apply applies one fleet event here; events this instance caused are already applied.
+func (f *Fleet) apply(ev payrouter.BreakerEvent) {
+	l := f.byName[ev.Breaker]
+	if l == nil || (ev.Origin != "" && ev.Origin == f.o.Origin) {
+		return
+	}
+	switch ev.Kind {
+	case payrouter.BreakerOpened:
+		l.b.fleetOpened(ev.OpenFor, countsFrom(ev.Counts))
+	case payrouter.BreakerClosed:
+		l.b.fleetClosed(time.Time{})
+	case payrouter.BreakerForced:
+		l.b.fleetForced(ev.Forced)
+	case payrouter.BreakerReset:
+		l.b.Reset()
+	}
+}
+
+func countsFrom(c payrouter.BreakerCounts) Counts { return Counts(c) }
+
+// watch applies the fleet's events as they are published, subscribing again after a failure.
+func (f *Fleet) watch(ctx context.Context) {
+	for {
+		err := f.shared.WatchBreakers(ctx, f.apply)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && f.o.Up() {
+			f.o.Log.Warn("fleet.watch_failed", "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(watchRetry):
+		}
+		if f.o.Up() {
+			f.Sync(ctx) // what was published while not subscribed
+		}
+	}
+}
+
+// report sends counted outcomes: at once after a failure, every ReportEvery otherwise.
+func (f *Fleet) report(ctx context.Context) {
+	tick := time.NewTicker(f.o.ReportEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.wake:
+		case <-tick.C:
+		}
+		for _, l := range f.links {
+			l.send(ctx)
+		}
+	}
+}
+
+// send reports l's pending outcomes, and opens the breaker here when they tripped the fleet's.
+func (l *fleetLink) send(ctx context.Context) {
+	r := payrouter.BreakerReport{Successes: l.successes.Swap(0), Failures: l.failures.Swap(0), TrailingFailures: l.trailing.Swap(0)}
+	if r.Successes == 0 && r.Failures == 0 {
+		return
+	}
+	r.TrailingFailures = min(r.TrailingFailures, r.Failures)
+	if r.Successes == 0 {
+		r.TrailingFailures = r.Failures
+	}
+	if !l.f.o.Up() {
+		return // the store is away: this instance's own counts decide meanwhile
+	}
+	ctx, cancel := l.f.bound(ctx)
+	defer cancel()
+	opened, c, err := l.f.shared.ReportOutcomes(ctx, l.b.name, l.rules, r)
+	if err == nil && opened {
+		l.b.fleetOpened(l.rules.Cooldown, countsFrom(c))
+	}
+}
+
+// work makes the queued fleet calls in order.
+func (f *Fleet) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case job := <-f.jobs:
+			job(ctx)
+		}
+	}
+}
+
+// enqueue queues a fleet call; it never blocks, since it is called with a breaker's lock held.
+func (f *Fleet) enqueue(job func(ctx context.Context)) {
+	select {
+	case f.jobs <- job:
+	default:
+		f.o.Log.Warn("fleet.queue_full", "dropped", "a breaker change; the next refresh repairs it")
+	}
+}
+
+// The Breaker's side of the link: called by the breaker, some with its lock held, so none of
+// them waits except takeTrial and closeHalfOpen, which are called without it.
+
+func (l *fleetLink) usable() bool { return l.f.o.Up() }
+
+func (l *fleetLink) count(_ *Breaker, failure bool) {
+	if !failure {
+		l.successes.Add(1)
+		l.trailing.Store(0)
+		return
+	}
+	l.failures.Add(1)
+	l.trailing.Add(1)
+	select {
+	case l.f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts) {
+	if !l.usable() {
+		return // Resync sends it when the store is back
+	}
+	l.f.enqueue(func(ctx context.Context) {
+		ctx, cancel := l.f.bound(ctx)
+		defer cancel()
+		l.f.shared.OpenBreaker(ctx, b.name, cooldown, payrouter.BreakerCounts(c), l.f.o.Origin)
+	})
+}
+
+func (l *fleetLink) takeTrial(b *Breaker) (bool, error) {
+	ctx, cancel := l.f.bound(context.Background())
+	defer cancel()
+	return l.f.shared.TakeTrial(ctx, b.name, b.settings.HalfOpenRequests, l.trialTTL)
+}
+
+func (l *fleetLink) returnTrial(b *Breaker) {
+	l.f.enqueue(func(ctx context.Context) {
+		ctx, cancel := l.f.bound(ctx)
+		defer cancel()
+		l.f.shared.ReturnTrial(ctx, b.name)
+	})
+}
+
+func (l *fleetLink) trialSucceeded(b *Breaker) {
+	l.f.enqueue(func(ctx context.Context) {
+		ctx, cancel := l.f.bound(ctx)
+		defer cancel()
+		closed, err := l.f.shared.TrialSucceeded(ctx, b.name, b.settings.HalfOpenRequests, l.f.o.Origin)
+		switch {
+		case err != nil && b.settings.HalfOpenRequests <= 1:
+			b.fleetClosed(time.Time{}) // the store is away: this instance's trial decides
+		case closed:
+			b.fleetClosed(time.Time{})
+		}
+	})
+}
+
+func (l *fleetLink) closeHalfOpen(b *Breaker) (bool, error) {
+	ctx, cancel := l.f.bound(context.Background())
+	defer cancel()
+	return l.f.shared.CloseBreaker(ctx, b.name, l.f.o.Origin)
+}
+
+// The fleet's news, applied to a Breaker. Opening always applies (it is the safe direction);
+// closing and half-opening do not undo a change made here after the news was read (changedAt
+// after since), which may not have reached the store yet.
+
+// fleetOpened opens b for openFor, or keeps it open at least that long.
+func (b *Breaker) fleetOpened(openFor time.Duration, c Counts) {
+	now := time.Now()
+	until := now.Add(openFor)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == StateOpen {
+		if until.After(b.openUntil) {
+			b.openUntil = until
+		}
+		return
+	}
+	b.openLocked(now, openFor, c)
+}
+
+// fleetHalfOpen makes b half-open: the fleet's cooldown is over.
+func (b *Breaker) fleetHalfOpen(since time.Time) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.state == StateOpen:
+		b.openUntil = now
+		b.advance(now)
+	case b.state == StateClosed && !b.changedAt.After(since):
+		from := b.shown()
+		b.setState(now, StateHalfOpen)
+		b.report(from, Counts{})
+	}
+}
+
+// fleetClosed closes b: the fleet's trials succeeded, or it is closed fleet-wide.
+func (b *Breaker) fleetClosed(since time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == StateClosed || (!since.IsZero() && b.changedAt.After(since)) {
+		return
+	}
+	b.closeLocked(time.Now(), Counts{Requests: b.trialSuccesses})
+}
+
+// fleetForced applies the fleet's forced state when it differs from b's.
+func (b *Breaker) fleetForced(f payrouter.Forced) {
+	b.mu.Lock()
+	same := b.forced == *forcingOf(f)
+	b.mu.Unlock()
+	if !same {
+		b.Force(f)
+	}
+}
+
+// ownOpen returns when b's cooldown ends and what opened it, if b is open by its own state.
+func (b *Breaker) ownOpen() (until time.Time, c Counts, open bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(time.Now())
+	if b.state != StateOpen {
+		return time.Time{}, Counts{}, false
+	}
+	return b.openUntil, Counts{Failures: 1}, true
+}
