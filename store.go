@@ -93,7 +93,9 @@ type BreakerReport struct {
 // BreakerCounts are a breaker's fleet-wide counts: answered calls, failures among them, and
 // failures in a row.
 type BreakerCounts struct {
-	Requests, Failures, ConsecutiveFailures int64
+	Requests            int64 `json:"requests"`
+	Failures            int64 `json:"failures"`
+	ConsecutiveFailures int64 `json:"consecutive_failures"`
 }
 
 // SharedBreaker is one breaker's fleet-wide state as the shared store holds it.

@@ -1,0 +1,179 @@
+// Package redisstore is the shared state store: every payrouter instance pointed at the same
+// Redis shares breakers, idempotency keys and charges through it (DESIGN.md, State stores). It
+// runs on go-redis's UniversalClient, so a single server, Sentinel and Cluster all work: every
+// key of one breaker, charge or idempotency key carries a {hash tag}, so that the scripts that
+// touch several keys at once stay on one Cluster slot.
+//
+// Every call is bounded by Options.Timeout and never retried by the client: a slow Redis must
+// cost a request at most that long, and the caller (statestore) decides what to do instead.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/payrouter/payrouter"
+)
+
+// DefaultTimeout bounds each Redis call when Options.Timeout is 0. Redis answers in well under a
+// millisecond on a healthy network; a call that takes longer than this is treated as a failure
+// so that no request waits on a struggling Redis.
+const DefaultTimeout = 100 * time.Millisecond
+
+// DefaultChargeTTL is how long a charge record is kept after its last change when
+// Options.ChargeTTL is 0.
+const DefaultChargeTTL = 30 * 24 * time.Hour
+
+// DefaultPrefix starts every key payrouter writes, so that it can share a Redis with others.
+const DefaultPrefix = "payrouter:"
+
+// Options configures a Store. Every field's zero value is documented.
+type Options struct {
+	// Timeout bounds every Redis call (dial, write, read); 0: DefaultTimeout.
+	Timeout time.Duration
+	// ChargeTTL is how long a charge is kept after its last save; 0: DefaultChargeTTL.
+	ChargeTTL time.Duration
+	// Prefix starts every key and channel name; "": DefaultPrefix.
+	Prefix string
+	// PoolSize is the client's connection pool size; 0: go-redis's default (10 per CPU).
+	PoolSize int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.ChargeTTL <= 0 {
+		o.ChargeTTL = DefaultChargeTTL
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	return o
+}
+
+// Store is payrouter's state in Redis. It implements payrouter.Store, payrouter.FleetBreakers
+// and payrouter.Leases, and is safe for concurrent use.
+type Store struct {
+	rdb  redis.UniversalClient
+	opts Options
+}
+
+var (
+	_ payrouter.Store         = (*Store)(nil)
+	_ payrouter.FleetBreakers = (*Store)(nil)
+	_ payrouter.Leases        = (*Store)(nil)
+)
+
+// Open connects to the Redis that rawURL names, redis://[user:password@]host:port/db, or
+// rediss:// for TLS. Sentinel and Cluster deployments pass their own client to New. Open does not
+// wait for Redis to answer: a Store opened while Redis is down works as soon as Redis is up.
+func Open(rawURL string, o Options) (*Store, error) {
+	o = o.withDefaults()
+	uo, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	uo.DialTimeout = o.Timeout
+	uo.ReadTimeout = o.Timeout
+	uo.WriteTimeout = o.Timeout
+	uo.PoolTimeout = o.Timeout
+	uo.ContextTimeoutEnabled = true
+	uo.MaxRetries = -1 // no retries: a retry doubles the wait a request pays for a slow Redis
+	if o.PoolSize > 0 {
+		uo.PoolSize = o.PoolSize
+	}
+	return New(redis.NewUniversalClient(uo), o), nil
+}
+
+// parseURL turns a state.redis_url into the client's options.
+func parseURL(rawURL string) (*redis.UniversalOptions, error) {
+	switch {
+	case strings.HasPrefix(rawURL, "redis://"), strings.HasPrefix(rawURL, "rediss://"):
+		so, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: state.redis_url: %w", err)
+		}
+		return &redis.UniversalOptions{
+			Addrs: []string{so.Addr}, DB: so.DB, Username: so.Username, Password: so.Password,
+			TLSConfig: so.TLSConfig, ClientName: so.ClientName,
+		}, nil
+	default:
+		return nil, errors.New("redisstore: state.redis_url must start with redis:// or rediss://")
+	}
+}
+
+// New returns a Store over a client the caller made (Sentinel, Cluster, or options Open does not
+// offer). The caller should give the client tight timeouts and no retries, as Open does.
+func New(rdb redis.UniversalClient, o Options) *Store {
+	return &Store{rdb: rdb, opts: o.withDefaults()}
+}
+
+// Ping reports whether Redis answers within the timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.rdb.Ping(ctx).Err()
+}
+
+// Close closes the client's connections.
+func (s *Store) Close() error { return s.rdb.Close() }
+
+// bound gives ctx the store's timeout, unless its own deadline is sooner.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opts.Timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// key returns prefix + the parts joined by ":", the second part (the thing the key is about)
+// wrapped as a Cluster hash tag: key("charge", id) is "payrouter:charge:{id}".
+func (s *Store) key(kind, subject string, rest ...string) string {
+	k := s.opts.Prefix + kind + ":{" + subject + "}"
+	for _, r := range rest {
+		k += ":" + r
+	}
+	return k
+}
+
+// IsUnavailable reports whether err says Redis could not be reached or could not serve (a
+// refused or broken connection, a timeout, a closed client, a server that is loading or read
+// only), as opposed to an answer about the data (not found, in flight, mismatch) or a caller's
+// mistake. statestore switches to local state on the first such error.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, payrouter.ErrNotFound) || errors.Is(err, payrouter.ErrInFlight) || errors.Is(err, payrouter.ErrMismatch) {
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return false // the caller went away; Redis may be fine
+	}
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	// Server errors that say "not now" rather than "wrong command" (redis.Nil is a redis.Error
+	// too, and means only "no such key").
+	var redisErr redis.Error
+	if errors.As(err, &redisErr) && !errors.Is(err, redis.Nil) {
+		for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "BUSY", "NOREPLICAS", "MOVED", "ASK"} {
+			if strings.HasPrefix(redisErr.Error(), p) {
+				return true
+			}
+		}
+	}
+	return false
+}
