@@ -18,19 +18,24 @@ build: ## build bin/payrouter and bin/gatewaysim
 run: build ## start the simulated gateways and payrouter on configs/payrouter.yaml (Ctrl-C stops both)
 	@bash scripts/run-demo.sh
 
+.PHONY: run-fleet
+run-fleet: build ## start redis-server, the simulated gateways and two payrouter instances sharing it (configs/payrouter-redis.yaml)
+	@bash scripts/run-fleet.sh
+
 .PHONY: test
-test: ## go vet, every Go test with -race (unit, conformance, e2e), then the contract suite
+test: ## go vet, every Go test with -race (unit, conformance, e2e), then the contract suite: core on the in-memory store, all of it on Redis
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
-	@if [[ -x ../shared/contract/run.sh || -f ../shared/contract/run.sh ]]; then \
-		bash ../shared/contract/run.sh core; \
+	@if [[ -f ../shared/contract/run.sh ]]; then \
+		bash ../shared/contract/run.sh core && bash ../shared/contract/run.sh all; \
 	else \
 		echo "contract suite not found at ../shared/contract: skipped"; \
 	fi
 
 .PHONY: contract
-contract: ## only the black-box contract suite (core)
+contract: ## only the black-box contract suite: core on the in-memory store, then core and fleet on Redis
 	bash ../shared/contract/run.sh core
+	bash ../shared/contract/run.sh all
 
 .PHONY: bench
 bench: ## benchmarks: fast-fail vs a bare handler, healthy-path overhead, the guard's hot path

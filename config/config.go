@@ -29,6 +29,8 @@ type Auth struct {
 // State chooses the state store.
 type State struct {
 	RedisURL string `yaml:"redis_url"` // empty: in memory, one instance
+	// RedisTimeout bounds every Redis call; a request never waits on Redis longer. default 100ms
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 }
 
 // Idempotency configures idempotency keys.
@@ -79,6 +81,7 @@ type Breaker struct {
 	HalfOpenRequests    int           `yaml:"half_open_requests"`   // trial calls in half-open; default 1
 	Probe               string        `yaml:"probe"`                // in_band (default) | out_of_band
 	ProbeInterval       time.Duration `yaml:"probe_interval"`       // default 5s
+	ProbeTimeout        time.Duration `yaml:"probe_timeout"`        // one probe's limit; default 2s, at most probe_interval
 }
 
 // Route sends matching charges to its gateways; the first matching route wins.

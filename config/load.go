@@ -29,6 +29,8 @@ const (
 	defaultCooldown         = 30 * time.Second
 	defaultHalfOpenRequests = 1
 	defaultProbeInterval    = 5 * time.Second
+	defaultProbeTimeout     = 2 * time.Second
+	defaultRedisTimeout     = 100 * time.Millisecond
 	defaultRouteName        = "default"
 )
 
@@ -131,6 +133,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 	defString(&c.AdminListen, defaultAdminListen)
 	defDuration(&c.RequestTimeout, present["request_timeout"], defaultRequestTimeout)
 	defDuration(&c.Idempotency.TTL, present["idempotency.ttl"], defaultIdempotencyTTL)
+	defDuration(&c.State.RedisTimeout, present["state.redis_timeout"], defaultRedisTimeout)
 
 	for name, g := range c.Gateways {
 		p := join("gateways", name) + "."
@@ -157,6 +160,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 		}
 		defString(&b.Probe, ProbeInBand)
 		defDuration(&b.ProbeInterval, present[p+"probe_interval"], defaultProbeInterval)
+		defDuration(&b.ProbeTimeout, present[p+"probe_timeout"], defaultProbeTimeout)
 		c.Gateways[name] = g
 	}
 

@@ -101,13 +101,14 @@ gateways:
 `)
 	defBreaker := Breaker{
 		ConsecutiveFailures: 5, MinRequests: 20, Window: 30 * time.Second, Cooldown: 30 * time.Second,
-		HalfOpenRequests: 1, Probe: ProbeInBand, ProbeInterval: 5 * time.Second,
+		HalfOpenRequests: 1, Probe: ProbeInBand, ProbeInterval: 5 * time.Second, ProbeTimeout: 2 * time.Second,
 	}
 	want := &Config{
 		Listen:         ":8080",
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []string{"k"}},
+		State:          State{RedisTimeout: 100 * time.Millisecond},
 		Idempotency:    Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},

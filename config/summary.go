@@ -33,6 +33,7 @@ type BreakerSummary struct {
 	HalfOpenRequests    int     `json:"half_open_requests"`
 	Probe               string  `json:"probe"`
 	ProbeInterval       string  `json:"probe_interval"`
+	ProbeTimeout        string  `json:"probe_timeout"`
 }
 
 // Summary describes every gateway in file order, without credentials. It is built field by
@@ -59,6 +60,7 @@ func (c *Config) Summary() []GatewaySummary {
 				HalfOpenRequests:    g.Breaker.HalfOpenRequests,
 				Probe:               g.Breaker.Probe,
 				ProbeInterval:       fmtDuration(g.Breaker.ProbeInterval),
+				ProbeTimeout:        fmtDuration(g.Breaker.ProbeTimeout),
 			},
 		}
 		for _, op := range payrouter.Operations {
@@ -136,7 +138,9 @@ func (a Auth) MarshalJSON() ([]byte, error) { return json.Marshal(a.redacted()) 
 // MarshalYAML encodes the API keys and admin token masked.
 func (a Auth) MarshalYAML() (any, error) { return a.redacted(), nil }
 
-func (s State) redacted() stateView { return stateView{RedisURL: redactURL(s.RedisURL)} }
+func (s State) redacted() stateView {
+	return stateView{RedisURL: redactURL(s.RedisURL), RedisTimeout: s.RedisTimeout}
+}
 
 // Format prints the state settings with any password in redis_url masked, for every fmt verb.
 func (s State) Format(f fmt.State, verb rune) {

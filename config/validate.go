@@ -104,6 +104,10 @@ func (v *validator) top() {
 			v.addf("state.redis_url", "needs a host (redis://host:6379/0)")
 		}
 	}
+	v.positive("state.redis_timeout", c.State.RedisTimeout)
+	if c.State.RedisTimeout > 5*time.Second {
+		v.addf("state.redis_timeout", "must be <= 5s: every request may wait this long on a struggling Redis")
+	}
 	v.positive("idempotency.ttl", c.Idempotency.TTL)
 }
 
@@ -180,6 +184,10 @@ func (v *validator) breaker(p string, b Breaker) {
 		v.addf(p+".probe", "must be %s or %s, got %q", ProbeInBand, ProbeOutOfBand, b.Probe)
 	}
 	v.positive(p+".probe_interval", b.ProbeInterval)
+	v.positive(p+".probe_timeout", b.ProbeTimeout)
+	if b.ProbeTimeout > b.ProbeInterval && b.ProbeInterval > 0 {
+		v.addf(p+".probe_timeout", "must be <= probe_interval (%v): one probe must end before the next", b.ProbeInterval)
+	}
 }
 
 func (v *validator) routes() {

@@ -34,6 +34,10 @@ func TestValidation(t *testing.T) {
 			[]string{"request_timeout: must be > 0"}},
 		{"idempotency ttl negative", top, top + "idempotency: {ttl: -1h}\n",
 			[]string{"idempotency.ttl: must be > 0"}},
+		{"redis timeout zero", top, top + "state: {redis_timeout: 0s}\n",
+			[]string{"state.redis_timeout: must be > 0"}},
+		{"redis timeout too long", top, top + "state: {redis_timeout: 10s}\n",
+			[]string{"state.redis_timeout: must be <= 5s: every request may wait this long on a struggling Redis"}},
 		{"redis_url scheme", top, top + "state: {redis_url: \"http://127.0.0.1:6379\"}\n",
 			[]string{`state.redis_url: must be a redis:// or rediss:// URL, got scheme "http"`}},
 		{"redis_url without host", top, top + "state: {redis_url: \"redis:///0\"}\n",
@@ -96,6 +100,8 @@ func TestValidation(t *testing.T) {
 			[]string{`gateways.paywell.breaker.probe: must be in_band or out_of_band, got "sideways"`}},
 		{"probe_interval zero", "cooldown: 30s", "cooldown: 30s\n      probe_interval: 0s",
 			[]string{"gateways.paywell.breaker.probe_interval: must be > 0"}},
+		{"probe_timeout above probe_interval", "cooldown: 30s", "cooldown: 30s\n      probe_interval: 1s\n      probe_timeout: 2s",
+			[]string{"gateways.paywell.breaker.probe_timeout: must be <= probe_interval (1s): one probe must end before the next"}},
 
 		// Routes.
 		{"route gateway not configured", "gateways: [paywell, ding, tranglo]", "gateways: [paywell, stripe, tranglo]",

@@ -55,8 +55,10 @@ func (s *server) listBreakers(c echo.Context) error {
 }
 
 // breakerAction is POST /admin/breakers/{gateway}/{operation}/{force-open|force-close|reset}.
-// The forced state is written to the state store first, so that it survives a restart and, with a
-// shared store, reaches every instance.
+// With a shared store the change is the fleet's: it applies here at once, and reaches every
+// instance through the store; when the store does not answer it still applies here (ops must be
+// able to act while Redis is down), the answer says so in a Warning header, and it is shared as
+// soon as the store is back. Without one, the store remembers the forced state first.
 func (s *server) breakerAction(c echo.Context) error {
 	gateway, op := c.Param("gateway"), payrouter.Operation(c.Param("operation"))
 	b := s.Domains.Breaker(gateway, op)
@@ -75,14 +77,21 @@ func (s *server) breakerAction(c echo.Context) error {
 		return writeProblem(c, newProblem(payrouter.ENotFound, "actions are force-open, force-close and reset"))
 	}
 	name := gateway + "/" + string(op)
-	if err := s.Store.SetForced(c.Request().Context(), name, forced); err != nil {
-		s.Log.Error("breaker.force_store_failed", "breaker", name, "err", err)
-		return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not take the change; nothing was changed"))
-	}
-	if forced == payrouter.ForcedNone {
-		b.Reset()
+	if s.Fleet != nil {
+		if err := s.Fleet.Force(c.Request().Context(), b, forced); err != nil {
+			s.Log.Warn("breaker.share_failed", "breaker", name, "action", c.Param("action"), "err", err.Error())
+			c.Response().Header().Set("Warning", `199 payrouter "applied to this instance only until the state store answers"`)
+		}
 	} else {
-		b.Force(forced)
+		if err := s.Store.SetForced(c.Request().Context(), name, forced); err != nil {
+			s.Log.Error("breaker.force_store_failed", "breaker", name, "err", err)
+			return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not take the change; nothing was changed"))
+		}
+		if forced == payrouter.ForcedNone {
+			b.Reset()
+		} else {
+			b.Force(forced)
+		}
 	}
 	s.Log.Info("breaker."+c.Param("action"), "breaker", name)
 	return c.JSON(http.StatusOK, breakerViewOf(b.Snapshot()))

@@ -32,8 +32,10 @@ type Deps struct {
 	Router     *routing.Router
 	Store      payrouter.Store
 	Domains    *resilience.Domains
-	Metrics    *telemetry.Metrics
-	Gateways   []config.GatewaySummary // for /admin/gateways: no credentials
+	// Fleet shares breaker changes with the other instances; nil with an unshared store.
+	Fleet    *resilience.Fleet
+	Metrics  *telemetry.Metrics
+	Gateways []config.GatewaySummary // for /admin/gateways: no credentials
 	// IdempotencyTTL is how long a completed answer is kept for its key.
 	IdempotencyTTL time.Duration
 	// InFlightTTL bounds how long a key stays claimed by a request that never completed (a

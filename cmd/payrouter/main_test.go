@@ -112,7 +112,8 @@ func TestBadCommandLinesAndConfigsExit2(t *testing.T) {
 		{"no -config", []string{"serve"}, "-config FILE is required"},
 		{"missing file", []string{"check", "-config", "/nonexistent/payrouter.yaml"}, "/nonexistent/payrouter.yaml"},
 		{"unknown key", []string{"check", "-config", writeConfig(t, sims, "not_a_setting: 1\n")}, "not_a_setting"},
-		{"redis not built yet", []string{"serve", "-config", writeConfig(t, sims, "state: {redis_url: \"redis://127.0.0.1:1/0\"}\n")}, "state.redis_url"},
+		{"redis url of another scheme", []string{"serve", "-config", writeConfig(t, sims, "state: {redis_url: \"http://127.0.0.1:6379/0\"}\n")}, "state.redis_url"},
+		{"probe without redis", []string{"probe", "-config", writeConfig(t, sims, "")}, "state.redis_url"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

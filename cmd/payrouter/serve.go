@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -16,8 +18,10 @@ import (
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/statestore"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -30,12 +34,17 @@ func loadConfig(cmd string, args []string, getenv func(string) string, stderr io
 	if err := fs.Parse(args); err != nil {
 		return nil, &exitError{code: 2}
 	}
-	if *path == "" {
+	return loadConfigFile(cmd, *path, getenv)
+}
+
+// loadConfigFile loads the file -config named.
+func loadConfigFile(cmd, path string, getenv func(string) string) (*config.Config, error) {
+	if path == "" {
 		return nil, usageError("%s: -config FILE is required", cmd)
 	}
-	cfg, err := config.Load(*path, getenv, gateways.Kinds())
+	cfg, err := config.Load(path, getenv, gateways.Kinds())
 	if err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("%s: %w", *path, err)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("%s: %w", path, err)}
 	}
 	return cfg, nil
 }
@@ -50,34 +59,72 @@ func check(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	return err
 }
 
-// probe is `payrouter probe`: the out-of-band prober needs the shared state store.
-func probe(_ context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	cfg, err := loadConfig("probe", args, getenv, stderr)
+// probe is `payrouter probe`: the out-of-band prober alone, as its own process beside the
+// instances. It shares their breakers through the state store, and leads a gateway's probing
+// only while it holds that gateway's lease, so any number of probers may run.
+func probe(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (YAML)")
+	listen := fs.String("listen", "", "address for GET /metrics and /healthz (empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{code: 2}
+	}
+	cfg, err := loadConfigFile("probe", *path, getenv)
 	if err != nil {
 		return err
 	}
 	if cfg.State.RedisURL == "" {
 		return usageError("probe: a prober beside the instances shares their breakers through state.redis_url; it is empty")
 	}
-	return usageError("probe: the shared Redis state store is not built yet; run the in-band probe of `payrouter serve` meanwhile")
+	log := telemetry.NewLogger(stderr)
+	a, err := newApp(ctx, cfg, log, "probe")
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	if len(a.prober.Gateways()) == 0 {
+		log.Warn("probe.nothing_to_probe", "why", "no gateway has breaker.probe: out_of_band")
+	}
+	var srv *http.Server
+	if *listen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.metrics.Handler())
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) })
+		srv = newHTTPServer(*listen, mux, 5*time.Second)
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", *listen, err)
+		}
+		go srv.Serve(ln)
+		defer srv.Close()
+	}
+	log.Info("probe.running", "gateways", a.prober.Gateways(), "holder", a.origin)
+	a.run(ctx)
+	log.Info("probe.stopped")
+	return nil
 }
 
-// app is one running payrouter: everything serve wires together.
+// app is one running payrouter: everything serve (or probe) wires together.
 type app struct {
 	cfg     *config.Config
 	log     *slog.Logger
+	origin  string // this process, as the fleet and the probe leases know it
 	store   payrouter.Store
+	shared  *statestore.Store // nil with the in-memory store
+	fleet   *resilience.Fleet // nil with the in-memory store
+	prober  *resilience.Prober
 	metrics *telemetry.Metrics
 	domains *resilience.Domains
 	router  *routing.Router
+	closers []func()
 }
 
-// newApp wires the configuration into a running set of parts, without listening yet.
-func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger) (*app, error) {
-	if cfg.State.RedisURL != "" {
-		return nil, usageError("state.redis_url: the shared Redis state store is not built yet; leave it empty for the in-memory store (one instance)")
-	}
-	a := &app{cfg: cfg, log: log, store: memstore.New(), metrics: telemetry.NewMetrics()}
+// newApp wires the configuration into a running set of parts, without listening yet. role names
+// the process in its origin ("serve" or "probe").
+func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role string) (*app, error) {
+	host, _ := os.Hostname()
+	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid())}
 
 	var settings []resilience.GatewaySettings
 	cooldowns := map[string]time.Duration{}
@@ -90,6 +137,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger) (*app, er
 		settings = append(settings, resilience.GatewaySettings{
 			Name: name, Timeout: g.Timeout, Timeouts: timeouts,
 			MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
+			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
 			Breaker: resilience.BreakerSettings{
 				ConsecutiveFailures: g.Breaker.ConsecutiveFailures,
 				FailuresInWindow:    g.Breaker.FailuresInWindow,
@@ -98,44 +146,117 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger) (*app, er
 				Window:              g.Breaker.Window,
 				Cooldown:            g.Breaker.Cooldown,
 				HalfOpenRequests:    g.Breaker.HalfOpenRequests,
+				OutOfBand:           g.Breaker.Probe == config.ProbeOutOfBand,
 			},
 		})
 		a.metrics.InitBulkhead(name, g.MaxConcurrent)
 		cooldowns[name] = g.Breaker.Cooldown
 	}
-	a.domains = resilience.NewDomains(settings, telemetry.NewObserver(a.metrics, log, cooldowns))
+	obs := telemetry.NewObserver(a.metrics, log, cooldowns)
+	a.domains = resilience.NewDomains(settings, obs)
+	a.closers = append(a.closers, a.domains.Close)
 	for _, s := range a.domains.Snapshots() {
 		a.metrics.InitBreaker(s.Gateway, s.Operation, s.State)
 	}
 
-	// Forced states outlive the process: apply what the store remembers.
-	forced, err := a.store.ForcedStates(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading forced breaker states: %w", err)
-	}
-	for _, s := range a.domains.Snapshots() {
-		if f, ok := forced[s.Name]; ok {
-			a.domains.Breaker(s.Gateway, s.Operation).Force(f)
-		}
+	if err := a.openStore(ctx); err != nil {
+		return nil, err
 	}
 
 	adapters := map[string]payrouter.Gateway{}
+	checks := map[string]resilience.HealthCheck{}
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
 		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.Client(name))
 		if err != nil {
+			a.close()
 			return nil, &exitError{code: 2, err: fmt.Errorf("gateways.%s: %w", name, err)}
 		}
 		adapters[name] = gw
+		if g.Breaker.Probe == config.ProbeOutOfBand {
+			// The prober's own adapter on its own connection pool: a customer pool full of
+			// calls to a busy gateway must not fail its probe.
+			tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 2, MaxIdleConnsPerHost: 1, IdleConnTimeout: 90 * time.Second}
+			a.closers = append(a.closers, tr.CloseIdleConnections)
+			pgw, _ := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: tr})
+			checks[name] = pgw.Health
+		}
 	}
+	var leases payrouter.Leases
+	if a.shared != nil {
+		leases = a.shared
+	}
+	a.prober = resilience.NewProber(a.domains, checks, obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
+
+	var err error
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log,
 	})
 	if err != nil {
+		a.close()
 		return nil, &exitError{code: 2, err: err}
 	}
 	return a, nil
+}
+
+// openStore opens the state store the configuration names: memstore, or Redis shared by the
+// fleet, behind statestore so that a Redis outage leaves the instance serving on local state.
+func (a *app) openStore(ctx context.Context) error {
+	if a.cfg.State.RedisURL == "" {
+		mem := memstore.New()
+		a.store = mem
+		a.closers = append(a.closers, func() { mem.Close() })
+		return nil
+	}
+	rs, err := redisstore.Open(a.cfg.State.RedisURL, redisstore.Options{Timeout: a.cfg.State.RedisTimeout})
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	a.closers = append(a.closers, func() { rs.Close() })
+	a.shared = statestore.New(rs, statestore.Options{
+		Unavailable: redisstore.IsUnavailable,
+		Log:         a.log,
+		OnChange: func(up bool) {
+			a.metrics.StateStoreUp(up)
+			if up {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*a.cfg.State.RedisTimeout)
+				defer cancel()
+				if err := a.fleet.Resync(ctx); err != nil {
+					a.log.Warn("fleet.resync_failed", "err", err.Error())
+				}
+			}
+		},
+	})
+	a.store = a.shared
+	a.fleet = resilience.NewFleet(a.domains, a.shared, resilience.FleetOptions{
+		Origin: a.origin, Timeout: a.cfg.State.RedisTimeout, Up: a.shared.Up, Log: a.log,
+	})
+	// An instance started while a breaker is open comes back open; with Redis away it starts on
+	// local state, and /readyz says so.
+	if err := a.fleet.Sync(ctx); err != nil {
+		a.log.Warn("fleet.sync_failed", "err", err.Error(), "then", "serving on local breakers until the state store answers")
+	}
+	return nil
+}
+
+// run runs what works in the background (the state store's health check, the fleet's sync, the
+// prober) until ctx ends.
+func (a *app) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if a.shared != nil {
+		wg.Go(func() { a.shared.Run(ctx) })
+		wg.Go(func() { a.fleet.Run(ctx) })
+	}
+	wg.Go(func() { a.prober.Run(ctx) })
+	wg.Wait()
+}
+
+// close releases what newApp opened, the last opened first.
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
 }
 
 // routesOf turns the configured routes into routing's.
@@ -164,16 +285,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	for _, w := range cfg.Check().Warnings {
 		log.Warn("config.warning", "warning", w) // what `payrouter check` would have said
 	}
-	a, err := newApp(ctx, cfg, log)
+	a, err := newApp(ctx, cfg, log, "serve")
 	if err != nil {
 		return err
 	}
-	defer a.store.Close()
-	defer a.domains.Close()
+	defer a.close()
+	bg, stopBackground := context.WithCancel(context.Background())
+	var background sync.WaitGroup
+	background.Go(func() { a.run(bg) })
+	defer background.Wait()
+	defer stopBackground()
 
 	deps := httpapi.Deps{
 		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: a.router, Store: a.store,
-		Domains: a.domains, Metrics: a.metrics, Gateways: cfg.Summary(),
+		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(),
 		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
 	}
 	servers := []*http.Server{
@@ -200,7 +325,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 		}()
 	}
 	log.Info("payrouter.serving", "listen", listeners[0].Addr().String(), "admin_listen", listeners[1].Addr().String(),
-		"gateways", cfg.GatewayNames, "state", "memory")
+		"gateways", cfg.GatewayNames, "state", a.stateName(), "origin", a.origin)
 
 	select {
 	case <-ctx.Done():
@@ -232,4 +357,13 @@ func newHTTPServer(addr string, h http.Handler, budget time.Duration) *http.Serv
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    32 << 10,
 	}
+}
+
+// stateName says where the state lives, for the start-up log line (never the URL: it may hold a
+// password).
+func (a *app) stateName() string {
+	if a.shared != nil {
+		return "redis"
+	}
+	return "memory"
 }

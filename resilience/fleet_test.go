@@ -1,0 +1,208 @@
+package resilience_test
+
+// The fleet against a real redis-server: two instances (two Domains, two Fleets, two stores)
+// sharing one Redis, as two payrouter processes do.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/redisstore"
+	"github.com/payrouter/payrouter/redisstore/redistest"
+	"github.com/payrouter/payrouter/resilience"
+)
+
+// fleetRules trip after 3 failures in a row and cool down quickly, so that tests see half-open.
+var fleetRules = resilience.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 400 * time.Millisecond, HalfOpenRequests: 1}
+
+// instance is one payrouter instance's breakers, tied to the fleet.
+type instance struct {
+	d     *resilience.Domains
+	fleet *resilience.Fleet
+}
+
+func (in instance) breaker() *resilience.Breaker { return in.d.Breaker("paywell", payrouter.OpCharge) }
+
+// startInstance starts an instance named origin on the Redis at url, synced and running until the
+// test ends.
+func startInstance(t *testing.T, url, origin string, s resilience.BreakerSettings) instance {
+	t.Helper()
+	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", Breaker: s}}, nil)
+	f := resilience.NewFleet(d, store, resilience.FleetOptions{Origin: origin, Refresh: 200 * time.Millisecond})
+	if err := f.Sync(t.Context()); err != nil {
+		t.Fatalf("Sync at start: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait(); store.Close(); d.Close() })
+	return instance{d: d, fleet: f}
+}
+
+// fail reports n failed calls through in's breaker; each must be admitted.
+func fail(t *testing.T, in instance, n int) {
+	t.Helper()
+	for i := range n {
+		done, err := in.breaker().Allow()
+		if err != nil {
+			t.Fatalf("failure %d of %d: Allow: %v", i+1, n, err)
+		}
+		done(payrouter.OutcomeUnavailable)
+	}
+}
+
+// waitState polls until in's breaker shows want, and returns how long that took.
+func waitState(t *testing.T, in instance, want resilience.State, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		if got := in.breaker().State(); got == want {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s: state %s after %v, want %s", what, in.breaker().State(), within, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestFleetTripOnOneInstanceOpensTheOther(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := startInstance(t, srv.URL(), "A", fleetRules), startInstance(t, srv.URL(), "B", fleetRules)
+	fail(t, a, 3)
+	took := waitState(t, b, resilience.StateOpen, time.Second, "B after 3 failures on A")
+	if took > 100*time.Millisecond {
+		t.Errorf("B learned that A opened paywell/charge after %v; the fleet promises 100ms", took)
+	}
+	if _, err := b.breaker().Allow(); !errors.Is(err, resilience.ErrOpen) {
+		t.Errorf("B admits a call while open fleet-wide: %v", err)
+	}
+}
+
+// The fleet's counts trip a breaker that no instance's own counts would: 2 failures on A and 2 on
+// B with a threshold of 4.
+func TestFleetCountsTripAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := fleetRules
+	rules.ConsecutiveFailures = 4
+	a, b := startInstance(t, srv.URL(), "A", rules), startInstance(t, srv.URL(), "B", rules)
+	fail(t, a, 2)
+	waitShared(t, srv.URL(), func(s payrouter.SharedBreaker) bool { return s.Counts.ConsecutiveFailures == 2 }, "A's 2 failures counted in Redis")
+	fail(t, b, 2)
+	waitState(t, a, resilience.StateOpen, time.Second, "A after 2 failures on A and 2 on B")
+	waitState(t, b, resilience.StateOpen, time.Second, "B after 2 failures on A and 2 on B")
+}
+
+// After the cooldown, exactly HalfOpenRequests trial calls run fleet-wide; a failed trial opens
+// the breaker again everywhere, a successful one closes it everywhere.
+func TestFleetOneTrialFleetWide(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := startInstance(t, srv.URL(), "A", fleetRules), startInstance(t, srv.URL(), "B", fleetRules)
+	for round, outcome := range []payrouter.Outcome{payrouter.OutcomeUnavailable, payrouter.OutcomeSucceeded} {
+		if round == 0 {
+			fail(t, a, 3)
+		}
+		waitState(t, b, resilience.StateOpen, time.Second, "B before the cooldown")
+		waitState(t, a, resilience.StateHalfOpen, 2*fleetRules.Cooldown, "A after the cooldown")
+		waitState(t, b, resilience.StateHalfOpen, 2*fleetRules.Cooldown, "B after the cooldown")
+
+		var admitted atomic.Int64
+		var dones []func(payrouter.Outcome)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range 20 {
+			in := a
+			if i%2 == 1 {
+				in = b
+			}
+			wg.Go(func() {
+				done, err := in.breaker().Allow()
+				if err != nil {
+					return
+				}
+				admitted.Add(1)
+				mu.Lock()
+				dones = append(dones, done)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 1 {
+			t.Fatalf("round %d: 20 concurrent calls over A and B after the cooldown: %d admitted, want 1 trial fleet-wide", round, n)
+		}
+		dones[0](outcome)
+		want := resilience.StateOpen
+		if outcome == payrouter.OutcomeSucceeded {
+			want = resilience.StateClosed
+		}
+		waitState(t, a, want, time.Second, "A after a trial "+string(outcome))
+		waitState(t, b, want, time.Second, "B after a trial "+string(outcome))
+	}
+}
+
+func TestFleetForceAndResetAreShared(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := startInstance(t, srv.URL(), "A", fleetRules), startInstance(t, srv.URL(), "B", fleetRules)
+	if err := a.fleet.Force(t.Context(), a.breaker(), payrouter.ForcedOpen); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, resilience.StateOpen, time.Second, "B after force-open on A")
+	if f := b.breaker().Snapshot().Forced; f != payrouter.ForcedOpen {
+		t.Errorf("B's forced state after force-open on A: %q", f)
+	}
+	if err := b.fleet.Force(t.Context(), b.breaker(), payrouter.ForcedNone); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a, resilience.StateClosed, time.Second, "A after reset on B")
+	if f := a.breaker().Snapshot().Forced; f != payrouter.ForcedNone {
+		t.Errorf("A's forced state after reset on B: %q", f)
+	}
+}
+
+// An instance that starts while a breaker is open fleet-wide starts with it open.
+func TestFleetRestartedInstanceComesBackOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := fleetRules
+	rules.Cooldown = time.Minute
+	a := startInstance(t, srv.URL(), "A", rules)
+	fail(t, a, 3)
+	waitState(t, a, resilience.StateOpen, time.Second, "A after 3 failures")
+	waitShared(t, srv.URL(), func(s payrouter.SharedBreaker) bool { return s.Open }, "paywell/charge open in Redis")
+	c := startInstance(t, srv.URL(), "C", rules)
+	if got := c.breaker().State(); got != resilience.StateOpen {
+		t.Fatalf("an instance started while paywell/charge is open fleet-wide: state %s, want open", got)
+	}
+	if until := c.breaker().OpenUntil(); time.Until(until) < 50*time.Second {
+		t.Errorf("its cooldown ends in %v, want about the minute left", time.Until(until))
+	}
+}
+
+// waitShared polls the fleet's state of paywell/charge in Redis until ok.
+func waitShared(t *testing.T, url string, ok func(payrouter.SharedBreaker) bool, what string) {
+	t.Helper()
+	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	deadline := time.Now().Add(time.Second)
+	for {
+		states, err := store.BreakerStates(t.Context(), []string{"paywell/charge"})
+		if err == nil && ok(states["paywell/charge"]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 1s (last read %+v, %v)", what, states, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
