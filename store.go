@@ -163,9 +163,10 @@ type FleetBreakers interface {
 	// BreakerStates returns the fleet's state of each named breaker (every name is in the map).
 	BreakerStates(ctx context.Context, breakers []string) (map[string]SharedBreaker, error)
 	// WatchBreakers calls fn with every BreakerEvent published from now on, in order, until ctx
-	// ends; it returns when the subscription fails (the caller re-reads BreakerStates and
-	// watches again) or ctx ends.
-	WatchBreakers(ctx context.Context, fn func(BreakerEvent)) error
+	// ends. subscribed is called once the subscription is confirmed, before any event: from then
+	// on nothing published is missed, so that is when the caller re-reads BreakerStates. It
+	// returns when the subscription fails (the caller watches again) or ctx ends.
+	WatchBreakers(ctx context.Context, subscribed func(), fn func(BreakerEvent)) error
 }
 
 // Leases elect one holder of a named job among processes (the out-of-band prober of a gateway).

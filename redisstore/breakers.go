@@ -561,11 +561,11 @@ func windowCounts(fields map[string]string, nowMs int64) payrouter.BreakerCounts
 // WatchBreakers subscribes to the fleet's breaker events and calls fn with each, in the order
 // Redis delivers them, from the goroutine that called WatchBreakers. Events published while no
 // subscription is up (before it starts, between a failure and the caller's next watch) are lost
-// for good: Redis pub/sub keeps nothing, which is why callers also re-read BreakerStates on a
-// tick. It returns ctx.Err() when ctx ends, and an error when the subscription fails, including a
+// for good: Redis pub/sub keeps nothing, which is why callers re-read BreakerStates when
+// subscribed is called (once Redis confirmed the subscription, before any event), and on a tick. It returns ctx.Err() when ctx ends, and an error when the subscription fails, including a
 // connection that stays silent: after a quiet spell of 10 timeouts it pings, and a ping not
 // answered within the timeout ends the watch. A message that is not a BreakerEvent is skipped.
-func (s *Store) WatchBreakers(ctx context.Context, fn func(payrouter.BreakerEvent)) error {
+func (s *Store) WatchBreakers(ctx context.Context, subscribed func(), fn func(payrouter.BreakerEvent)) error {
 	const op = "watch breakers"
 	// Only setting up the subscription is bounded: the subscription itself lasts.
 	sctx, cancel := s.bound(ctx)
@@ -581,6 +581,9 @@ func (s *Store) WatchBreakers(ctx context.Context, fn func(payrouter.BreakerEven
 	}
 	if sub, ok := msg.(*redis.Subscription); !ok || sub.Kind != "subscribe" {
 		return fmt.Errorf("redisstore: %s: subscribing: Redis answered %v", op, msg)
+	}
+	if subscribed != nil {
+		subscribed()
 	}
 
 	// Receive does not watch ctx: closing the PubSub is what ends a blocked Receive.

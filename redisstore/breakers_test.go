@@ -142,7 +142,7 @@ func (f *fleet) watch(t *testing.T, s *redisstore.Store) *breakerWatcher {
 	w := &breakerWatcher{events: make(chan payrouter.BreakerEvent, 64), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		w.err = s.WatchBreakers(ctx, func(ev payrouter.BreakerEvent) {
+		w.err = s.WatchBreakers(ctx, nil, func(ev payrouter.BreakerEvent) {
 			select {
 			case w.events <- ev:
 			case <-ctx.Done():
@@ -1201,7 +1201,7 @@ func fleetCalls(s *redisstore.Store) []struct {
 			return err
 		}},
 		{"WatchBreakers", func(ctx context.Context) error {
-			return s.WatchBreakers(ctx, func(payrouter.BreakerEvent) {})
+			return s.WatchBreakers(ctx, nil, func(payrouter.BreakerEvent) {})
 		}},
 		{"HoldLease", func(ctx context.Context) error { _, err := s.HoldLease(ctx, "prober", "a", time.Minute); return err }},
 		{"DropLease", func(ctx context.Context) error { return s.DropLease(ctx, "prober", "a") }},

@@ -85,6 +85,8 @@ type Fleet struct {
 	byName map[string]*fleetLink
 	wake   chan struct{}
 	jobs   chan func(context.Context)
+	// watching is true while subscribed to the fleet's events.
+	watching atomic.Bool
 }
 
 // fleetLink is one breaker's tie to the fleet.
@@ -288,9 +290,16 @@ func (f *Fleet) apply(ev payrouter.BreakerEvent) {
 func countsFrom(c payrouter.BreakerCounts) Counts { return Counts(c) }
 
 // watch applies the fleet's events as they are published, subscribing again after a failure.
+// Once subscribed it re-reads every breaker: what was published before is in that read, what is
+// published after comes as events.
 func (f *Fleet) watch(ctx context.Context) {
+	subscribed := func() {
+		f.watching.Store(true)
+		f.Sync(ctx)
+	}
 	for {
-		err := f.shared.WatchBreakers(ctx, f.apply)
+		err := f.shared.WatchBreakers(ctx, subscribed, f.apply)
+		f.watching.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -302,11 +311,12 @@ func (f *Fleet) watch(ctx context.Context) {
 			return
 		case <-time.After(watchRetry):
 		}
-		if f.o.Up() {
-			f.Sync(ctx) // what was published while not subscribed
-		}
 	}
 }
+
+// Watching reports whether the fleet's events reach this instance as they are published; while
+// not, it learns of changes at the next Refresh.
+func (f *Fleet) Watching() bool { return f.watching.Load() }
 
 // report sends counted outcomes: at once after a failure, every ReportEvery otherwise.
 func (f *Fleet) report(ctx context.Context) {

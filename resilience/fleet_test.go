@@ -15,6 +15,7 @@ import (
 	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/statestore"
 )
 
 // fleetRules trip after 3 failures in a row and cool down quickly, so that tests see half-open.
@@ -45,6 +46,13 @@ func startInstance(t *testing.T, url, origin string, s resilience.BreakerSetting
 	var wg sync.WaitGroup
 	wg.Go(func() { f.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait(); store.Close(); d.Close() })
+	deadline := time.Now().Add(2 * time.Second)
+	for !f.Watching() {
+		if time.Now().After(deadline) {
+			t.Fatal("the fleet is not subscribed to its events 2s after Run")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return instance{d: d, fleet: f}
 }
 
@@ -204,5 +212,67 @@ func waitShared(t *testing.T, url string, ok func(payrouter.SharedBreaker) bool,
 			t.Fatalf("%s: not within 1s (last read %+v, %v)", what, states, err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// While Redis is away each instance decides alone; when it is back, a breaker one instance
+// opened meanwhile is opened fleet-wide.
+func TestFleetDecidesLocallyWhileRedisIsAwayAndResyncs(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := fleetRules
+	rules.Cooldown = time.Minute // A's breaker stays open through the outage
+	start := func(origin string) (instance, *statestore.Store) {
+		rs, err := redisstore.Open(srv.URL(), redisstore.Options{Prefix: "fleettest:" + t.Name() + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", Breaker: rules}}, nil)
+		var f *resilience.Fleet
+		ss := statestore.New(rs, statestore.Options{
+			Unavailable: redisstore.IsUnavailable, CheckDown: 20 * time.Millisecond, CheckUp: 50 * time.Millisecond,
+			OnChange: func(up bool) {
+				if up {
+					f.Resync(context.Background())
+				}
+			},
+		})
+		f = resilience.NewFleet(d, ss, resilience.FleetOptions{Origin: origin, Refresh: 100 * time.Millisecond, Up: ss.Up})
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { ss.Run(ctx) })
+		wg.Go(func() { f.Run(ctx) })
+		t.Cleanup(func() { cancel(); wg.Wait(); rs.Close(); d.Close() })
+		return instance{d: d, fleet: f}, ss
+	}
+	a, storeA := start("A")
+	b, storeB := start("B")
+
+	srv.Stop()
+	for _, s := range []*statestore.Store{storeA, storeB} {
+		deadline := time.Now().Add(2 * time.Second)
+		for s.Up() {
+			if time.Now().After(deadline) {
+				t.Fatal("the state store still says up 2s after redis-server stopped")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	fail(t, a, 3)
+	if got := a.breaker().State(); got != resilience.StateOpen {
+		t.Fatalf("A after 3 failures with Redis away: %s, want open on its own counts", got)
+	}
+	if done, err := b.breaker().Allow(); err != nil {
+		t.Fatalf("B with Redis away cannot know of A's breaker, and must still admit: %v", err)
+	} else {
+		done(payrouter.OutcomeSucceeded)
+	}
+
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	took := waitState(t, b, resilience.StateOpen, 3*time.Second, "B after Redis came back (A's breaker was open)")
+	t.Logf("B opened %v after Redis came back", took)
+	if got := a.breaker().State(); got != resilience.StateOpen {
+		t.Errorf("A after the re-sync: %s, want still open", got)
 	}
 }

@@ -89,7 +89,7 @@ func TestFleetWhileDown(t *testing.T) {
 			_, err := s.BreakerStates(t.Context(), []string{"paywell/charge"})
 			return err
 		}},
-		{"WatchBreakers", func(s *Store) error { return s.WatchBreakers(t.Context(), func(payrouter.BreakerEvent) {}) }},
+		{"WatchBreakers", func(s *Store) error { return s.WatchBreakers(t.Context(), nil, func(payrouter.BreakerEvent) {}) }},
 		{"HoldLease", func(s *Store) error {
 			_, err := s.HoldLease(t.Context(), "probe/paywell", "i1", time.Second)
 			return err

@@ -187,7 +187,7 @@ func (f *fakePrimary) BreakerStates(_ context.Context, names []string) (map[stri
 	return states, nil
 }
 
-func (f *fakePrimary) WatchBreakers(ctx context.Context, _ func(payrouter.BreakerEvent)) error {
+func (f *fakePrimary) WatchBreakers(ctx context.Context, _ func(), _ func(payrouter.BreakerEvent)) error {
 	if err := f.enter(); err != nil {
 		return err
 	}

@@ -113,9 +113,9 @@ func (s *Store) BreakerStates(ctx context.Context, breakers []string) (states ma
 // WatchBreakers calls fn with every breaker event until ctx ends or the subscription fails
 // (payrouter.FleetBreakers); ErrDown at once while the shared store is down, and when the
 // subscription fails because it went down.
-func (s *Store) WatchBreakers(ctx context.Context, fn func(payrouter.BreakerEvent)) error {
+func (s *Store) WatchBreakers(ctx context.Context, subscribed func(), fn func(payrouter.BreakerEvent)) error {
 	return s.fleetCall(ctx, "watch breakers", func() error {
-		return s.primary.WatchBreakers(ctx, fn)
+		return s.primary.WatchBreakers(ctx, subscribed, fn)
 	})
 }
 
