@@ -67,6 +67,7 @@ See one instance's failures open the other's breaker (paste in another terminal)
   for i in 1 2 3 4 5; do
     curl -sS -o /dev/null -w '%{http_code} ' -X POST http://127.0.0.1:8080/charge \\
       -H 'Authorization: Bearer $PAYROUTER_API_KEY' -H 'Content-Type: application/json' \\
+      -H "Idempotency-Key: fleet-\$i-\$RANDOM" \\
       -d '{"amount": 1999, "currency": "USD", "payment_method": {"type": "card", "token": "tok_visa"}}'
   done; echo
   curl -sS -H 'Authorization: Bearer $PAYROUTER_ADMIN_TOKEN' http://127.0.0.1:9091/admin/breakers
