@@ -27,8 +27,7 @@ const (
 
 // FleetOptions configures a Fleet; every zero value is documented.
 type FleetOptions struct {
-	// Origin names this instance in the events it causes; events it caused itself are not
-	// applied twice.
+	// Origin names this instance in the events it causes (for whoever reads them).
 	Origin string
 	// Timeout bounds each call to the shared store; the only one a customer call may wait for is
 	// taking a half-open trial slot. 0: DefaultFleetTimeout.
@@ -139,8 +138,7 @@ func NewFleet(d *Domains, shared payrouter.FleetBreakers, o FleetOptions) *Fleet
 // every breaker each Refresh, until ctx ends.
 func (f *Fleet) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { f.report(ctx) })
-	wg.Go(func() { f.work(ctx) })
+	wg.Go(func() { f.write(ctx) })
 	wg.Go(func() { f.watch(ctx) })
 	wg.Go(func() {
 		tick := time.NewTicker(f.o.Refresh)
@@ -226,20 +224,46 @@ func (f *Fleet) Resync(ctx context.Context) error {
 	return f.Sync(ctx)
 }
 
-// Force applies an ops decision to b here at once, whatever the store says, then shares it
-// (ForcedNone is a reset). When the store does not take it, Resync sends it again, and the error
-// says that other instances have not heard of it yet.
+// Force applies an ops decision to b (ForcedNone is a reset) and shares it with the fleet. It
+// goes through write, after whatever this instance sent before, and applies here once the store
+// has taken it: a reset must not be undone by the open, or the failures, of the trip it resets.
+// When the store does not answer it still applies here at once, whatever the store says; Resync
+// sends it again later, and the error says that other instances have not heard of it yet.
 func (f *Fleet) Force(ctx context.Context, b *Breaker, forced payrouter.Forced) error {
 	l := f.byName[b.name]
 	if l == nil || l.b != b {
 		return errors.New("resilience: breaker " + b.name + " is not of this fleet")
 	}
-	if forced == payrouter.ForcedNone {
-		b.Reset()
-	} else {
-		b.Force(forced)
+	var once sync.Once
+	apply := func() {
+		once.Do(func() {
+			if forced != payrouter.ForcedNone {
+				b.Force(forced)
+				return
+			}
+			b.Reset()
+			l.successes.Store(0) // outcomes counted before the reset are not sent after it
+			l.failures.Store(0)
+			l.trailing.Store(0)
+		})
 	}
-	if err := l.share(ctx, forced); err != nil {
+	done := make(chan error, 1)
+	err := errors.New("resilience: the fleet's queue is full")
+	if f.enqueue(func(ctx context.Context) {
+		err := l.share(ctx, forced)
+		apply()
+		done <- err
+	}) {
+		wait, cancel := context.WithTimeout(ctx, forceWait)
+		defer cancel()
+		select {
+		case err = <-done:
+		case <-wait.Done():
+			err = wait.Err()
+		}
+	}
+	apply() // at once when write could not take it
+	if err != nil {
 		l.mu.Lock()
 		l.pendingForce = &forced
 		l.mu.Unlock()
@@ -247,6 +271,10 @@ func (f *Fleet) Force(ctx context.Context, b *Breaker, forced payrouter.Forced) 
 	}
 	return nil
 }
+
+// forceWait bounds how long Force waits for the fleet to take a change: the calls queued before
+// it each take at most Timeout.
+const forceWait = 2 * time.Second
 
 // share sends a forced state (ForcedNone: a reset) to the store, and forgets the pending one
 // when it was that.
@@ -269,10 +297,12 @@ func (l *fleetLink) share(ctx context.Context, forced payrouter.Forced) error {
 	return err
 }
 
-// apply applies one fleet event here; events this instance caused are already applied.
+// apply applies one fleet event here. Events this instance caused are applied too: applying
+// them again changes nothing, and skipping them would let an older event from another instance,
+// delivered after this instance's own reset, have the last word.
 func (f *Fleet) apply(ev payrouter.BreakerEvent) {
 	l := f.byName[ev.Breaker]
-	if l == nil || (ev.Origin != "" && ev.Origin == f.o.Origin) {
+	if l == nil {
 		return
 	}
 	switch ev.Kind {
@@ -318,20 +348,30 @@ func (f *Fleet) watch(ctx context.Context) {
 // not, it learns of changes at the next Refresh.
 func (f *Fleet) Watching() bool { return f.watching.Load() }
 
-// report sends counted outcomes: at once after a failure, every ReportEvery otherwise.
-func (f *Fleet) report(ctx context.Context) {
+// write makes every change this instance sends to the fleet, one at a time and in order: the
+// queued calls (opens, trial results, forcing and resets) and the counted outcomes (at once
+// after a failure, every ReportEvery otherwise). One writer keeps a reset from being overtaken
+// by the open, or the failures, that came before it.
+func (f *Fleet) write(ctx context.Context) {
 	tick := time.NewTicker(f.o.ReportEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case job := <-f.jobs:
+			job(ctx)
 		case <-f.wake:
+			f.sendOutcomes(ctx)
 		case <-tick.C:
+			f.sendOutcomes(ctx)
 		}
-		for _, l := range f.links {
-			l.send(ctx)
-		}
+	}
+}
+
+func (f *Fleet) sendOutcomes(ctx context.Context) {
+	for _, l := range f.links {
+		l.send(ctx)
 	}
 }
 
@@ -356,24 +396,15 @@ func (l *fleetLink) send(ctx context.Context) {
 	}
 }
 
-// work makes the queued fleet calls in order.
-func (f *Fleet) work(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case job := <-f.jobs:
-			job(ctx)
-		}
-	}
-}
-
-// enqueue queues a fleet call; it never blocks, since it is called with a breaker's lock held.
-func (f *Fleet) enqueue(job func(ctx context.Context)) {
+// enqueue queues a fleet call for write; it never blocks, since it is called with a breaker's
+// lock held. It reports false when the queue is full and the call dropped.
+func (f *Fleet) enqueue(job func(ctx context.Context)) bool {
 	select {
 	case f.jobs <- job:
+		return true
 	default:
 		f.o.Log.Warn("fleet.queue_full", "dropped", "a breaker change; the next refresh repairs it")
+		return false
 	}
 }
 

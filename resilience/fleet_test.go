@@ -276,3 +276,23 @@ func TestFleetDecidesLocallyWhileRedisIsAwayAndResyncs(t *testing.T) {
 		t.Errorf("A after the re-sync: %s, want still open", got)
 	}
 }
+
+// Regression: a reset right after a trip was sometimes undone by that trip's own open (or its
+// failures), sent to Redis after the reset, which reopened the breaker fleet-wide for a cooldown.
+func TestFleetResetRightAfterTripStaysReset(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := fleetRules
+	rules.Cooldown = time.Minute
+	a, b := startInstance(t, srv.URL(), "A", rules), startInstance(t, srv.URL(), "B", rules)
+	for round := range 20 {
+		fail(t, a, 3)
+		if err := a.fleet.Force(t.Context(), a.breaker(), payrouter.ForcedNone); err != nil {
+			t.Fatalf("round %d: reset: %v", round, err)
+		}
+		waitShared(t, srv.URL(), func(s payrouter.SharedBreaker) bool { return !s.Open && !s.HalfOpen }, "paywell/charge closed in Redis after the reset")
+		waitState(t, b, resilience.StateClosed, time.Second, "B after the reset on A")
+		if got := a.breaker().State(); got != resilience.StateClosed {
+			t.Fatalf("round %d: A after its own reset: %s, want closed", round, got)
+		}
+	}
+}
