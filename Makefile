@@ -37,10 +37,12 @@ contract: ## only the black-box contract suite: core on the in-memory store, the
 	bash ../shared/contract/run.sh core
 	bash ../shared/contract/run.sh all
 
+# resilience's TestBenchBreakerOnRedis runs BenchmarkDistributedGobreaker and BenchmarkGuardWithFleet
+# itself, alternately, and prints their ratio: -skip keeps -bench from running them a second time.
 .PHONY: bench
-bench: ## benchmarks: fast-fail vs a bare handler, healthy-path overhead, the guard's hot path
+bench: ## benchmarks (ratios, one run): fast-fail, healthy path, Redis store vs memory, Redis commands per charge, breaker agreement across instances, the guard, our Redis breaker vs gobreaker's distributed one
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
-	$(GO) test -run '^$$' -bench . -benchmem ./resilience/
+	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -bench . -skip '^Benchmark(DistributedGobreaker|GuardWithFleet)$$' -benchmem -timeout 10m ./resilience/
 
 .PHONY: lint
 lint: ## gofmt and go vet (and staticcheck when installed)

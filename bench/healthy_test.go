@@ -32,18 +32,8 @@ func TestBenchHealthyPath(t *testing.T) {
 	}
 
 	// One answer of each looked at in full; the measured ones are checked by status only.
-	_, body := one(t, router)
-	var ch struct {
-		Status   string `json:"status"`
-		Gateway  string `json:"gateway"`
-		Attempts []struct {
-			Outcome string `json:"outcome"`
-		} `json:"attempts"`
-	}
-	if err := json.Unmarshal(body, &ch); err != nil || ch.Status != "succeeded" || ch.Gateway != "paywell" || len(ch.Attempts) != 1 {
-		t.Fatalf("payrouter's charge did not succeed at paywell in one attempt (%v): %s", err, body)
-	}
-	_, body = one(t, direct)
+	checkSucceededAtPaywell(t, router)
+	_, body := one(t, direct)
 	var pw struct {
 		Status   string `json:"status"`
 		Captured bool   `json:"captured"`
@@ -79,5 +69,22 @@ func TestBenchHealthyPath(t *testing.T) {
 		if n := s.simRequests(t, name); n != 0 {
 			t.Errorf("%s received %d API calls; every charge should have succeeded at paywell", name, n)
 		}
+	}
+}
+
+// checkSucceededAtPaywell sends target's charge once and fails the test unless it succeeded at
+// paywell in one attempt: the healthy path that the measurements repeat.
+func checkSucceededAtPaywell(t *testing.T, target Target) {
+	t.Helper()
+	_, body := one(t, target)
+	var ch struct {
+		Status   string `json:"status"`
+		Gateway  string `json:"gateway"`
+		Attempts []struct {
+			Outcome string `json:"outcome"`
+		} `json:"attempts"`
+	}
+	if err := json.Unmarshal(body, &ch); err != nil || ch.Status != "succeeded" || ch.Gateway != "paywell" || len(ch.Attempts) != 1 {
+		t.Fatalf("%s: the charge did not succeed at paywell in one attempt (%v): %s", target.Name, err, body)
 	}
 }

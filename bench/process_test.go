@@ -179,12 +179,18 @@ const (
 // accept any non-empty one).
 func gatewayKey(name string) string { return name + "_bench" }
 
-// stack is gatewaysim and payrouter, running.
+// stack is gatewaysim and the payrouter instances started on it, running.
 type stack struct {
 	bins binaries
 	// sims holds each simulated gateway's address by name.
 	sims map[string]string
-	// api and admin are payrouter's listeners.
+	// instance is the first payrouter (startStack's); the others are the tests' own.
+	*instance
+}
+
+// instance is one payrouter serve process.
+type instance struct {
+	// api and admin are its listeners.
 	api, admin string
 	payrouter  *process
 }
@@ -192,58 +198,94 @@ type stack struct {
 // gatewayNames are the simulated gateways, in the order of the benchmark's single route.
 var gatewayNames = []string{"paywell", "ding", "tranglo"}
 
-// startStack builds the binaries and starts gatewaysim and payrouter on free loopback ports.
+// startStack builds the binaries and starts gatewaysim and one payrouter, on the in-memory store,
+// on free loopback ports.
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	s := startSims(t)
+	s.instance = s.startPayrouter(t, "payrouter", instanceOptions{})
+	return s
+}
+
+// startSims builds the binaries and starts gatewaysim alone, on free loopback ports.
+func startSims(t *testing.T) *stack {
+	t.Helper()
 	s := &stack{bins: buildBinaries(t), sims: map[string]string{}}
-	addrs := freeAddrs(t, 5)
+	addrs := freeAddrs(t, len(gatewayNames))
 	for i, name := range gatewayNames {
 		s.sims[name] = addrs[i]
 	}
-	s.api, s.admin = addrs[3], addrs[4]
-
 	sim := startProcess(t, "gatewaysim", s.bins.gatewaysim,
 		"-paywell", s.sims["paywell"], "-ding", s.sims["ding"], "-tranglo", s.sims["tranglo"])
 	for _, name := range gatewayNames {
 		sim.waitHealthy(t, "http://"+s.sims[name]+"/health")
 	}
-
-	cfg := filepath.Join(t.TempDir(), "payrouter.yaml")
-	if err := os.WriteFile(cfg, []byte(benchConfig(s)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.payrouter = startProcess(t, "payrouter", s.bins.payrouter, "serve", "-config", cfg)
-	s.payrouter.waitHealthy(t, "http://"+s.api+"/healthz")
-	s.payrouter.waitHealthy(t, "http://"+s.admin+"/healthz")
 	return s
 }
+
+// instanceOptions change an instance's configuration from benchConfig's; the zero value changes
+// nothing.
+type instanceOptions struct {
+	// redisURL, when not "", is state.redis_url: the instance keeps its state (breakers,
+	// idempotency keys, charges) in that Redis, shared with every instance pointed at it.
+	redisURL string
+	// route is the gateways of the single route, in order; nil: gatewayNames.
+	route []string
+}
+
+// startPayrouter starts a payrouter serve process named name (its log file's name) on the
+// stack's simulators, on free loopback ports.
+func (s *stack) startPayrouter(t *testing.T, name string, o instanceOptions) *instance {
+	t.Helper()
+	addrs := freeAddrs(t, 2)
+	in := &instance{api: addrs[0], admin: addrs[1]}
+	cfg := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(cfg, []byte(benchConfig(in, s.sims, o)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.payrouter = startProcess(t, name, s.bins.payrouter, "serve", "-config", cfg)
+	in.payrouter.waitHealthy(t, "http://"+in.api+"/healthz")
+	in.payrouter.waitHealthy(t, "http://"+in.admin+"/healthz")
+	return in
+}
+
+// tripAfter is the benchmarks' breaker rule: this many failures in a row open it.
+const tripAfter = 5
 
 // benchConfig is payrouter's configuration for the benchmarks. The bulkheads are far larger than
 // any load here, so that what is measured is payrouter's work, not its refusals; the cooldown is
 // long, so that no breaker changes state in the middle of a measurement; one route tries every
-// gateway in turn, so that the fast-fail path passes all three open breakers.
-func benchConfig(s *stack) string {
+// gateway in turn (unless o says otherwise), so that the fast-fail path passes all three open
+// breakers. A Redis gets the timeout configs/payrouter-redis.yaml gives it.
+func benchConfig(in *instance, sims map[string]string, o instanceOptions) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: 10s\n", s.api, s.admin)
+	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: 10s\n", in.api, in.admin)
 	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
+	if o.redisURL != "" {
+		fmt.Fprintf(&b, "state:\n  redis_url: %q\n  redis_timeout: 100ms\n", o.redisURL)
+	}
 	b.WriteString("gateways:\n")
 	for _, name := range gatewayNames {
 		fmt.Fprintf(&b, "  %s:\n    kind: %s\n    base_url: %q\n    credentials: {api_key: %q}\n",
-			name, name, "http://"+s.sims[name], gatewayKey(name))
+			name, name, "http://"+sims[name], gatewayKey(name))
 		b.WriteString("    timeout: 2s\n    max_concurrent: 1000\n    max_wait: 0s\n")
-		b.WriteString("    breaker: {consecutive_failures: 5, cooldown: 1h}\n")
+		fmt.Fprintf(&b, "    breaker: {consecutive_failures: %d, cooldown: 1h}\n", tripAfter)
 	}
-	fmt.Fprintf(&b, "routes:\n  - name: default\n    gateways: [%s]\n", strings.Join(gatewayNames, ", "))
+	route := o.route
+	if route == nil {
+		route = gatewayNames
+	}
+	fmt.Fprintf(&b, "routes:\n  - name: default\n    gateways: [%s]\n", strings.Join(route, ", "))
 	return b.String()
 }
 
 // forceOpen forces every gateway's charge breaker open through the admin API.
-func (s *stack) forceOpen(t *testing.T) {
+func (in *instance) forceOpen(t *testing.T) {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, name := range gatewayNames {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost,
-			"http://"+s.admin+"/admin/breakers/"+name+"/charge/force-open", nil)
+			"http://"+in.admin+"/admin/breakers/"+name+"/charge/force-open", nil)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -284,9 +326,9 @@ func (s *stack) simRequests(t *testing.T, name string) int {
 var chargeBody = []byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"description":"bench"}`)
 
 // payrouterCharge is POST /charge on payrouter, expecting want.
-func (s *stack) payrouterCharge(want int) Target {
+func (in *instance) payrouterCharge(want int) Target {
 	return Target{
-		Name: "payrouter", URL: "http://" + s.api + "/charge", Body: chargeBody, Want: want,
+		Name: "payrouter", URL: "http://" + in.api + "/charge", Body: chargeBody, Want: want,
 		Header: http.Header{
 			"Authorization": {"Bearer " + apiKey},
 			"Content-Type":  {"application/json"},
@@ -328,5 +370,74 @@ func checkSamples(t *testing.T, target Target, samples ...Sample) {
 	}
 	if m.Requests == 0 {
 		t.Errorf("%s: no request completed", target.Name)
+	}
+}
+
+// adminClient is the client of the admin and simulator control calls: short timeouts, its own
+// connections, never the Loads'.
+var adminClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}}
+
+// breakerState is the state GET /admin/breakers shows for gateway/op on in.
+func (in *instance) breakerState(ctx context.Context, gateway, op string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.admin+"/admin/breakers", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Breakers []struct {
+			Gateway   string `json:"gateway"`
+			Operation string `json:"operation"`
+			State     string `json:"state"`
+		} `json:"breakers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return "", fmt.Errorf("GET /admin/breakers: status %d: %w", resp.StatusCode, err)
+	}
+	for _, b := range list.Breakers {
+		if b.Gateway == gateway && b.Operation == op {
+			return b.State, nil
+		}
+	}
+	return "", fmt.Errorf("GET /admin/breakers: no %s/%s", gateway, op)
+}
+
+// breakerAction is POST /admin/breakers/{gateway}/{op}/{action} on in (force-open, force-close,
+// reset); it fails the test unless answered 200.
+func (in *instance) breakerAction(t *testing.T, gateway, op, action string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost,
+		"http://"+in.admin+"/admin/breakers/"+gateway+"/"+op+"/"+action, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s/%s: %v", action, gateway, op, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Warning") != "" {
+		t.Fatalf("%s %s/%s: status %d, Warning %q: %s", action, gateway, op, resp.StatusCode, resp.Header.Get("Warning"), body)
+	}
+}
+
+// simControl calls the control API of the simulated gateway name (POST /_sim/reset, PUT
+// /_sim/behavior) and fails the test unless answered 200.
+func (s *stack) simControl(t *testing.T, name, method, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, "http://"+s.sims[name]+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", name, method, path, err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s %s: status %d: %s", name, method, path, resp.StatusCode, answer)
 	}
 }
