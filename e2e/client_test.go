@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -129,15 +131,40 @@ func decodeAnswer(r reply) (answer, error) {
 	return a, nil
 }
 
+// keySeq numbers the Idempotency-Keys of every instance of the test binary: instances sharing a
+// Redis share their keys too, so a key must never be used by two of them for different charges.
+var keySeq atomic.Int64
+
 // charge sends POST /charge with a fresh Idempotency-Key.
 func (in *instance) charge(amount int64, currency, token string) (reply, error) {
-	body, _ := json.Marshal(map[string]any{
+	key := "e2e-" + strconv.FormatInt(keySeq.Add(1), 10)
+	return in.chargeKeyed(key, chargeBody(amount, currency, token, ""))
+}
+
+// chargeBody is a POST /charge body; gateway "" leaves the charge to the routes, any other
+// value pins it to that gateway (no failover).
+func chargeBody(amount int64, currency, token, gateway string) []byte {
+	body := map[string]any{
 		"amount": amount, "currency": currency,
 		"payment_method": map[string]string{"type": "card", "token": token},
-	})
-	key := "e2e-" + strconv.FormatInt(in.keys.Add(1), 10)
+	}
+	if gateway != "" {
+		body["gateway"] = gateway
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+// chargeKeyed sends POST /charge with body under the Idempotency-Key key.
+func (in *instance) chargeKeyed(key string, body []byte) (reply, error) {
 	return send(in.client, "POST", in.url+"/charge", body,
 		"Authorization", "Bearer "+apiKey, "Content-Type", "application/json", "Idempotency-Key", key)
+}
+
+// pinnedCharge sends POST /charge pinned to gateway, with a fresh Idempotency-Key.
+func (in *instance) pinnedCharge(amount int64, currency, gateway string) (reply, error) {
+	key := "e2e-pinned-" + strconv.FormatInt(keySeq.Add(1), 10)
+	return in.chargeKeyed(key, chargeBody(amount, currency, "tok_visa", gateway))
 }
 
 // mustCharge is charge for the test goroutine: a failure to get any answer ends the test.
@@ -224,6 +251,85 @@ func (in *instance) breaker(t *testing.T, name string) breakerView {
 		t.Fatalf("GET /admin/breakers lists no %s", name)
 	}
 	return b
+}
+
+// readyz is GET /readyz on the storefront listener.
+func (in *instance) readyz() (reply, error) {
+	return send(in.probeClient, "GET", in.url+"/readyz", nil)
+}
+
+// metrics scrapes GET /metrics on the admin listener.
+func (in *instance) metrics() (scrape, error) {
+	return scrapeMetrics(in.probeClient, in.adminURL+"/metrics")
+}
+
+// --- metrics -------------------------------------------------------------------------------------
+
+// sample is one series of a Prometheus text exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape is one GET /metrics, parsed just enough for counters and gauges.
+type scrape []sample
+
+var (
+	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)`)
+	labelPair  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+)
+
+func scrapeMetrics(client *http.Client, url string) (scrape, error) {
+	r, err := send(client, "GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.status != http.StatusOK {
+		return nil, fmt.Errorf("want 200: %s", r)
+	}
+	var out scrape
+	for line := range strings.Lines(string(r.body)) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %v", url, line, err)
+		}
+		sm := sample{name: m[1], labels: map[string]string{}, value: v}
+		for _, lp := range labelPair.FindAllStringSubmatch(m[2], -1) {
+			sm.labels[lp[1]] = lp[2]
+		}
+		out = append(out, sm)
+	}
+	return out, nil
+}
+
+// value sums the series of name whose labels include the label, value pairs given; found is
+// false when there is none (a counter never incremented has no series).
+func (s scrape) value(name string, labels ...string) (sum float64, found bool) {
+	for _, sm := range s {
+		if sm.name != name {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			if sm.labels[labels[i]] != labels[i+1] {
+				match = false
+				break
+			}
+		}
+		if match {
+			sum += sm.value
+			found = true
+		}
+	}
+	return sum, found
 }
 
 // --- simulator control API -----------------------------------------------------------------------

@@ -2,7 +2,9 @@ package e2e
 
 // The harness: TestMain builds the two commands once; each test starts its own gatewaysim and
 // payrouter on fresh loopback ports, with a configuration file it writes, and t.Cleanup stops
-// them. Nothing is shared between tests, so a test can neither see nor disturb another's state.
+// them. The fleet tests add their own redis-server (redisstore/redistest), two instances sharing
+// it and, where asked, a `payrouter probe`. Nothing is shared between tests, so a test can
+// neither see nor disturb another's state.
 
 import (
 	"bytes"
@@ -375,6 +377,13 @@ type gatewayConfig struct {
 	MaxConcurrent       int
 	ConsecutiveFailures int
 	Cooldown            time.Duration
+	// OutOfBand sets breaker.probe: out_of_band (a prober's health probe, not a customer's
+	// call, tests recovery); false is in_band.
+	OutOfBand bool
+	// ProbeInterval and ProbeTimeout are breaker.probe_interval and probe_timeout; 0 leaves
+	// them out (the defaults, 5s and 2s).
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
 }
 
 // routeConfig is one route: charges in Currencies go to Gateways, in order.
@@ -388,6 +397,11 @@ type routeConfig struct {
 // Configuration); the rest is written as the defaults or fixed below.
 type routerConfig struct {
 	RequestTimeout time.Duration
+	// RedisURL is state.redis_url: "" keeps the state in memory; instances given one URL share
+	// their breakers, idempotency keys and charges.
+	RedisURL string
+	// RedisTimeout is state.redis_timeout; 0 leaves it out (the default, 100ms).
+	RedisTimeout time.Duration
 	// Gateways are keyed by simulated gateway (paywell, ding, tranglo); each one's kind is its
 	// name and its base_url the simulator's.
 	Gateways map[string]gatewayConfig
@@ -399,7 +413,11 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: %s\n", listen, admin, c.RequestTimeout)
 	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
-	b.WriteString("state:\n  redis_url: \"\"\ngateways:\n")
+	fmt.Fprintf(&b, "state:\n  redis_url: %q\n", c.RedisURL)
+	if c.RedisTimeout > 0 {
+		fmt.Fprintf(&b, "  redis_timeout: %s\n", c.RedisTimeout)
+	}
+	b.WriteString("gateways:\n")
 	for _, name := range []string{"paywell", "ding", "tranglo"} { // the file's order is the listing order
 		g, ok := c.Gateways[name]
 		if !ok {
@@ -411,7 +429,17 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 		// Only the consecutive-failures rule trips, so a test knows exactly what opens a breaker.
 		fmt.Fprintf(&b, "    breaker:\n      consecutive_failures: %d\n      failures_in_window: 0\n      failure_rate: 0\n",
 			g.ConsecutiveFailures)
-		fmt.Fprintf(&b, "      cooldown: %s\n      half_open_requests: 1\n      probe: in_band\n", g.Cooldown)
+		probe := "in_band"
+		if g.OutOfBand {
+			probe = "out_of_band"
+		}
+		fmt.Fprintf(&b, "      cooldown: %s\n      half_open_requests: 1\n      probe: %s\n", g.Cooldown, probe)
+		if g.ProbeInterval > 0 {
+			fmt.Fprintf(&b, "      probe_interval: %s\n", g.ProbeInterval)
+		}
+		if g.ProbeTimeout > 0 {
+			fmt.Fprintf(&b, "      probe_timeout: %s\n", g.ProbeTimeout)
+		}
 	}
 	b.WriteString("routes:\n")
 	for _, r := range c.Routes {
@@ -424,16 +452,16 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 
 // instance is one running payrouter.
 type instance struct {
-	proc     *process
-	url      string // storefront listener
-	adminURL string
+	proc       *process
+	url        string // storefront listener
+	adminURL   string
+	configPath string // the file it was started on, which holds its ports
 	// client carries the tests' API traffic; its pool is sized for the load tests' clients so
 	// that connections are reused rather than churned through TIME_WAIT.
 	client *http.Client
 	// probeClient has its own connection pool, so that a health probe never queues behind the
 	// load it is measuring.
 	probeClient *http.Client
-	keys        atomic.Int64 // numbers the Idempotency-Keys
 }
 
 // startPayrouter writes cfg for free ports and starts `payrouter serve` on it, waiting for
@@ -443,23 +471,12 @@ func startPayrouter(t *testing.T, s *sims, cfg routerConfig) *instance {
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
 		ports := freePorts(t, 2)
-		in := &instance{
-			url:         "http://" + loopback(ports[0]),
-			adminURL:    "http://" + loopback(ports[1]),
-			client:      &http.Client{Timeout: 30 * time.Second, Transport: newTransport(128)},
-			probeClient: &http.Client{Timeout: 10 * time.Second, Transport: newTransport(4)},
-		}
 		path := filepath.Join(dir, fmt.Sprintf("payrouter-%d.yaml", attempt))
 		if err := os.WriteFile(path, []byte(cfg.yaml(loopback(ports[0]), loopback(ports[1]), s)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		in.proc = startProcess(t, "payrouter", bin.payrouter, "serve", "-config", path)
-		err := waitReady(in.proc, in.url+"/healthz", in.adminURL+"/healthz")
+		in, err := servePayrouter(t, "payrouter", path, ports[0], ports[1])
 		if err == nil {
-			t.Cleanup(func() {
-				in.client.CloseIdleConnections()
-				in.probeClient.CloseIdleConnections()
-			})
 			return in
 		}
 		if attempt < startAttempts && in.proc.clashed() {
@@ -470,6 +487,101 @@ func startPayrouter(t *testing.T, s *sims, cfg routerConfig) *instance {
 		cfgText, _ := os.ReadFile(path)
 		t.Fatalf("payrouter did not come up: %v\nconfiguration:\n%s", err, cfgText)
 	}
+}
+
+// servePayrouter starts `payrouter serve -config path`, whose listeners are on the two ports,
+// and waits for /healthz on both; name labels its output.
+func servePayrouter(t *testing.T, name, path string, listen, admin int) (*instance, error) {
+	t.Helper()
+	in := &instance{
+		url:         "http://" + loopback(listen),
+		adminURL:    "http://" + loopback(admin),
+		configPath:  path,
+		client:      &http.Client{Timeout: 30 * time.Second, Transport: newTransport(128)},
+		probeClient: &http.Client{Timeout: 10 * time.Second, Transport: newTransport(4)},
+	}
+	in.proc = startProcess(t, name, bin.payrouter, "serve", "-config", path)
+	if err := waitReady(in.proc, in.url+"/healthz", in.adminURL+"/healthz"); err != nil {
+		return in, err
+	}
+	t.Cleanup(func() {
+		in.client.CloseIdleConnections()
+		in.probeClient.CloseIdleConnections()
+	})
+	return in, nil
+}
+
+// restart is a deploy of one instance: SIGTERM, a clean exit, then a new `payrouter serve` on
+// the same configuration file, so on the same ports. It returns the new instance.
+func (in *instance) restart(t *testing.T) *instance {
+	t.Helper()
+	if err := in.proc.stop(); err != nil {
+		t.Fatalf("stopping %s for its restart: %v", in.proc.name, err)
+	}
+	in.client.CloseIdleConnections()
+	in.probeClient.CloseIdleConnections()
+	listen, admin := portOf(t, in.url), portOf(t, in.adminURL)
+	again, err := servePayrouter(t, in.proc.name+"-restarted", in.configPath, listen, admin)
+	if err != nil {
+		t.Fatalf("%s restarted on its own ports: %v", in.proc.name, err)
+	}
+	return again
+}
+
+// portOf is the port of a http://host:port URL.
+func portOf(t *testing.T, url string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// proberProcess is one running `payrouter probe`: the out-of-band prober alone, beside the
+// instances, sharing their breakers through state.redis_url.
+type proberProcess struct {
+	proc   *process
+	url    string // its -listen address: GET /metrics and /healthz
+	client *http.Client
+}
+
+// startProber writes cfg (which must name a Redis) and starts `payrouter probe` on it, with
+// -listen on a free port, waiting for its /healthz. The listeners cfg names are not bound by a
+// prober; they are free ports all the same, so that a mistake could not reach anything.
+func startProber(t *testing.T, s *sims, cfg routerConfig) *proberProcess {
+	t.Helper()
+	dir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		ports := freePorts(t, 3)
+		path := filepath.Join(dir, fmt.Sprintf("prober-%d.yaml", attempt))
+		if err := os.WriteFile(path, []byte(cfg.yaml(loopback(ports[0]), loopback(ports[1]), s)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pp := &proberProcess{url: "http://" + loopback(ports[2]), client: &http.Client{Timeout: 10 * time.Second, Transport: newTransport(2)}}
+		pp.proc = startProcess(t, "payrouter-probe", bin.payrouter, "probe", "-config", path, "-listen", loopback(ports[2]))
+		err := waitReady(pp.proc, pp.url+"/healthz")
+		if err == nil {
+			t.Cleanup(pp.client.CloseIdleConnections)
+			return pp
+		}
+		if attempt < startAttempts && pp.proc.clashed() {
+			pp.proc.expected.Store(true)
+			t.Logf("payrouter probe: a port was taken before it could bind (%v); retrying on others", err)
+			continue
+		}
+		cfgText, _ := os.ReadFile(path)
+		t.Fatalf("payrouter probe did not come up: %v\nconfiguration:\n%s", err, cfgText)
+	}
+}
+
+// metrics scrapes the prober's GET /metrics.
+func (pp *proberProcess) metrics() (scrape, error) {
+	return scrapeMetrics(pp.client, pp.url+"/metrics")
 }
 
 // newTransport is a loopback transport keeping up to idle connections per host.
