@@ -374,7 +374,7 @@ func (s *Store) Run(ctx context.Context) {
 			continue
 		}
 		outage := s.markUp()
-		s.o.Log.Info("state_store.up", "outage", outage.Round(time.Millisecond),
+		s.o.Log.Info("state_store.up", "outage_ms", outage.Milliseconds(),
 			"pushed_charges", st.charges, "pushed_records", st.records, "pushed_forced", st.forced,
 			"still_pending", st.left)
 		report()
