@@ -66,6 +66,10 @@ type Store interface {
 	ChargeStore
 	IdempotencyStore
 	BreakerStateStore
+	// CompleteCharge saves c and completes key with rec, as SaveCharge then Complete: the final
+	// state of a charge and the answer its request got, written together (one round trip to a
+	// networked store instead of two). Either may be stored without the other if it fails.
+	CompleteCharge(ctx context.Context, c *Charge, key string, rec IdempotencyRecord, ttl time.Duration) error
 	// Ping reports whether the store answers; /readyz uses it.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

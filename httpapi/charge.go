@@ -72,6 +72,9 @@ type answer struct {
 	status int
 	header map[string]string
 	body   []byte
+	// charge, when set, is a charge whose final state idempotent stores with the answer, in one
+	// step (the Router leaves it: routing.Config.LeaveFinalSave).
+	charge *payrouter.Charge
 }
 
 // storedStatuses are the answers kept for their idempotency key: those given once a gateway was
@@ -150,13 +153,28 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func() (answer,
 		_ = s.Store.Release(context.WithoutCancel(ctx), storeKey)
 		return err
 	}
-	if storedStatuses[a.status] {
+	// The answer is stored even when the client has gone: it is what a retry will get.
+	storeCtx := context.WithoutCancel(ctx)
+	if a.charge != nil && !storedStatuses[a.status] {
+		if err := s.Store.SaveCharge(storeCtx, a.charge); err != nil {
+			s.Log.Error("charge.store_failed", "charge_id", a.charge.ID, "status", a.charge.Status, "err", err)
+		}
+	}
+	switch {
+	case storedStatuses[a.status] && a.charge != nil:
 		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
-		if err := s.Store.Complete(context.WithoutCancel(ctx), storeKey, r, s.IdempotencyTTL); err != nil {
+		if err := s.Store.CompleteCharge(storeCtx, a.charge, storeKey, r, s.IdempotencyTTL); err != nil {
+			s.Log.Error("idempotency.store_failed", "charge_id", a.charge.ID, "status", a.charge.Status, "err", err)
+		}
+	case storedStatuses[a.status]:
+		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
+		if err := s.Store.Complete(storeCtx, storeKey, r, s.IdempotencyTTL); err != nil {
 			s.Log.Error("idempotency.store_failed", "err", err)
 		}
-	} else if err := s.Store.Release(context.WithoutCancel(ctx), storeKey); err != nil {
-		s.Log.Error("idempotency.release_failed", "err", err)
+	default:
+		if err := s.Store.Release(storeCtx, storeKey); err != nil {
+			s.Log.Error("idempotency.release_failed", "err", err)
+		}
 	}
 	for k, v := range a.header {
 		c.Response().Header().Set(k, v)
@@ -209,6 +227,16 @@ func (s *server) runCharge(c echo.Context, in chargeInput) (answer, error) {
 		Capture:       in.Capture, PinnedGateway: in.Gateway,
 	}
 	ch, err := s.Router.Charge(c.Request().Context(), ch)
+	a, aerr := s.chargeAnswer(c, ch, err)
+	var u *fallback.Unavailable
+	if aerr == nil && s.Router.LeavesFinalSave() && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
+		a.charge = ch // a gateway was called: its final state is stored with the answer
+	}
+	return a, aerr
+}
+
+// chargeAnswer is the answer to a charge the router ran, and err what it returned.
+func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (answer, error) {
 	var u *fallback.Unavailable
 	if errors.As(err, &u) {
 		if s.Metrics != nil {

@@ -55,6 +55,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 	router, err := routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
 		Gateways: adapters, Domains: st.domains, Charges: store, Budget: 2 * time.Second,
+		LeaveFinalSave: true, // as serve wires it: the final state goes with the idempotency answer
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -249,5 +250,37 @@ func TestAdminForceAndGateways(t *testing.T) {
 		if !strings.Contains(m.body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// The final state of a charge is stored with its idempotency answer (Store.CompleteCharge), and
+// that of a charge whose gateways were all unavailable after it was sent is stored too, though
+// its 503 is not kept for the key.
+func TestFinalStateIsStoredWithTheAnswer(t *testing.T) {
+	st := newStack(t, "admin-token")
+	body := `{"amount":1800,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`
+	r := st.charge("final-1", body)
+	var ch struct{ ID, Status string }
+	if err := json.Unmarshal([]byte(r.body), &ch); err != nil || r.status != 201 {
+		t.Fatalf("charge: %d %s", r.status, r.body)
+	}
+	g := do(st.api, "GET", "/charge/"+ch.ID, "", "Authorization", "Bearer key-1")
+	if g.status != 200 || !strings.Contains(g.body, `"status":"succeeded"`) {
+		t.Errorf("GET /charge/%s right after its 201: %d %s; want it succeeded", ch.ID, g.status, g.body)
+	}
+
+	for _, s := range st.sims {
+		s.SetBehavior(sim.Behavior{Mode: sim.ModeUnavailable})
+	}
+	r = st.charge("final-2", body)
+	var p struct {
+		ChargeID string `json:"charge_id"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil || r.status != 503 || p.ChargeID == "" {
+		t.Fatalf("every gateway unavailable: %d %s; want a 503 naming the charge", r.status, r.body)
+	}
+	g = do(st.api, "GET", "/charge/"+p.ChargeID, "", "Authorization", "Bearer key-1")
+	if g.status != 200 || !strings.Contains(g.body, `"status":"failed"`) {
+		t.Errorf("GET /charge/%s after its 503: %d %s; want it failed", p.ChargeID, g.status, g.body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/payrouter/payrouter"
 )
@@ -102,4 +103,12 @@ func cloneCharge(c *payrouter.Charge) *payrouter.Charge {
 	cp.Metadata = maps.Clone(c.Metadata)
 	cp.Attempts = slices.Clone(c.Attempts)
 	return &cp
+}
+
+// CompleteCharge saves c, then completes key with rec (payrouter.Store).
+func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	if err := s.SaveCharge(ctx, c); err != nil {
+		return err
+	}
+	return s.Complete(ctx, key, rec, ttl)
 }

@@ -60,21 +60,63 @@ func (s *Store) chargeStatusKey(status payrouter.ChargeStatus) string {
 // ChargesByStatus tolerates the moment they disagree, and a charge has one writer at a time
 // (payrouter.ChargeStore), so two saves of one charge do not interleave.
 func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
-	if c == nil {
-		return errors.New("redisstore: save charge: nil charge")
-	}
-	if c.ID == "" {
-		return errors.New("redisstore: save charge: empty id")
-	}
-	b, err := json.Marshal(c)
+	b, err := encodeCharge(c)
 	if err != nil {
-		return fmt.Errorf("redisstore: save charge %s: encoding: %w", c.ID, err)
+		return err
 	}
-	own := s.chargeStatusKey(c.Status)
-
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	p := s.chargePipeline()
+	s.queueCharge(ctx, p, c, b)
+	if _, err := p.Exec(ctx); err != nil {
+		return fmt.Errorf("redisstore: save charge %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// CompleteCharge saves c and completes key with rec, as SaveCharge and Complete do, in one round
+// trip: the commands of both go in one pipeline (a MULTI/EXEC transaction but on Cluster, as for
+// SaveCharge).
+func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	b, err := encodeCharge(c)
+	if err != nil {
+		return err
+	}
+	rb, err := encodeRecord(key, rec, ttl)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	p := s.chargePipeline()
+	// EVAL, not EVALSHA: a pipeline cannot fall back to EVAL when Redis answers NOSCRIPT (after a
+	// restart), and the script is short.
+	idemCompleteScript.Eval(ctx, p, []string{s.key("idem", key)}, rb, pxMillis(ttl), idemInFlight)
+	s.queueCharge(ctx, p, c, b)
+	if _, err := p.Exec(ctx); err != nil {
+		return fmt.Errorf("redisstore: complete charge %s and its idempotency key: %w", c.ID, err)
+	}
+	return nil
+}
+
+// encodeCharge checks c and returns its stored form.
+func encodeCharge(c *payrouter.Charge) ([]byte, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: save charge: nil charge")
+	}
+	if c.ID == "" {
+		return nil, errors.New("redisstore: save charge: empty id")
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: save charge %s: encoding: %w", c.ID, err)
+	}
+	return b, nil
+}
+
+// queueCharge adds to p the commands that save c (encoded as b) and move it to its status set.
+func (s *Store) queueCharge(ctx context.Context, p redis.Pipeliner, c *payrouter.Charge, b []byte) {
+	own := s.chargeStatusKey(c.Status)
 	p.Set(ctx, s.chargeKey(c.ID), b, s.opts.ChargeTTL)
 	for _, status := range chargeStatuses {
 		if status != c.Status {
@@ -90,10 +132,6 @@ func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	// Every charge in the set was saved no later than now, so it expires no later than the set:
 	// a status nobody saves into any more is forgotten whole, without a reader pruning it.
 	p.PExpire(ctx, own, s.opts.ChargeTTL)
-	if _, err := p.Exec(ctx); err != nil {
-		return fmt.Errorf("redisstore: save charge %s: %w", c.ID, err)
-	}
-	return nil
 }
 
 // chargePipeline is a MULTI/EXEC transaction, except on Cluster, where SaveCharge's keys span

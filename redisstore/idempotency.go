@@ -92,18 +92,9 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, inFlightTTL 
 // asked the answer is what keeps a retry from charging again; a record already stored is kept,
 // since the first complete answer is the one replayed. One round trip.
 func (s *Store) Complete(ctx context.Context, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
-	if key == "" {
-		return errors.New("redisstore: complete: empty key")
-	}
-	if ttl <= 0 {
-		return errors.New("redisstore: complete: ttl must be positive")
-	}
-	if rec.CreatedAt.IsZero() {
-		rec.CreatedAt = time.Now()
-	}
-	b, err := json.Marshal(rec)
+	b, err := encodeRecord(key, rec, ttl)
 	if err != nil {
-		return fmt.Errorf("redisstore: complete: encoding the record: %w", err)
+		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -111,6 +102,25 @@ func (s *Store) Complete(ctx context.Context, key string, rec payrouter.Idempote
 		return fmt.Errorf("redisstore: complete idempotency key: %w", err)
 	}
 	return nil
+}
+
+// encodeRecord checks a Complete's arguments and returns the record's stored form, with a zero
+// CreatedAt set to now.
+func encodeRecord(key string, rec payrouter.IdempotencyRecord, ttl time.Duration) ([]byte, error) {
+	if key == "" {
+		return nil, errors.New("redisstore: complete: empty key")
+	}
+	if ttl <= 0 {
+		return nil, errors.New("redisstore: complete: ttl must be positive")
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now()
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: complete: encoding the record: %w", err)
+	}
+	return b, nil
 }
 
 // Release forgets a claimed key so that the same key may be sent again. A completed record is

@@ -22,7 +22,12 @@ type Router struct {
 	log      *slog.Logger
 	now      func() time.Time
 	rnd      func(n int) int
+	// leaveFinalSave: Config.LeaveFinalSave.
+	leaveFinalSave bool
 }
+
+// LeavesFinalSave reports whether the caller stores each charge's final state (Config.LeaveFinalSave).
+func (r *Router) LeavesFinalSave() bool { return r.leaveFinalSave }
 
 // Config is what a Router needs.
 type Config struct {
@@ -34,6 +39,12 @@ type Config struct {
 	// longer.
 	Budget time.Duration
 	Log    *slog.Logger
+	// LeaveFinalSave leaves storing a charge's final state to the caller, which stores it with
+	// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one round
+	// trip to Redis less per charge. The charge is still stored as processing before its first
+	// gateway call, whatever this says. The caller must store the final state of every charge
+	// Charge returns with a nil error, and of an Unavailable with a ChargeID.
+	LeaveFinalSave bool
 }
 
 // New returns a Router. Every gateway named by a route must be in Gateways and Domains.
@@ -51,7 +62,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	return &Router{
 		routes: cfg.Routes, gateways: cfg.Gateways, domains: cfg.Domains, charges: cfg.Charges,
-		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN,
+		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, leaveFinalSave: cfg.LeaveFinalSave,
 	}, nil
 }
 
@@ -98,6 +109,8 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	}
 	if run.stored {
 		c.UpdatedAt = r.now().UTC()
+	}
+	if run.stored && !r.leaveFinalSave {
 		// The answer is stored even when the budget ran out: the caller is told about it.
 		saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancelSave()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/payrouter/payrouter"
 )
@@ -134,4 +135,23 @@ func (s *Store) pendingChargeIDs() map[string]bool {
 		ids[id] = true
 	}
 	return ids
+}
+
+// CompleteCharge saves c and completes key with rec in one call to the shared store while it is
+// up and neither is held locally; otherwise, or when the shared store fails this very call, it is
+// SaveCharge then Complete, which serve locally what must be.
+func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	if s.up.Load() && c != nil && !s.chargePending(c.ID) && !s.heldLocally(key, time.Now()) {
+		err := s.primary.CompleteCharge(ctx, c, key, rec, ttl)
+		if !s.fallBack(ctx, err) {
+			if err == nil {
+				s.forgetClaim(key)
+			}
+			return err
+		}
+	}
+	if err := s.SaveCharge(ctx, c); err != nil {
+		return err
+	}
+	return s.Complete(ctx, key, rec, ttl)
 }

@@ -118,6 +118,14 @@ func (f *fakePrimary) Claim(ctx context.Context, key, fingerprint string, ttl ti
 	return f.Store.Claim(ctx, key, fingerprint, ttl)
 }
 
+// CompleteCharge is SaveCharge then Complete, each failing as the fake is told.
+func (f *fakePrimary) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	if err := f.SaveCharge(ctx, c); err != nil {
+		return err
+	}
+	return f.Complete(ctx, key, rec, ttl)
+}
+
 func (f *fakePrimary) Complete(ctx context.Context, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
 	if err := f.enter(); err != nil {
 		return err

@@ -336,3 +336,35 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 	// None of the refused calls may have taken or stored the key.
 	mustClaimNew(t, s, "k-inv", fpA)
 }
+
+// testCompleteCharge: CompleteCharge is SaveCharge and Complete in one step: the charge is
+// stored (in its status, its token not kept, out of the status it had) and its key replays the
+// record, first complete still winning.
+func testCompleteCharge(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	mustClaimNew(t, s, "k-charge", fpA)
+	mustSave(t, s, newCharge("ch_done", payrouter.StatusProcessing, base))
+	final := newCharge("ch_done", payrouter.StatusSucceeded, base)
+	rec := newRecord(fpA)
+	if err := s.CompleteCharge(ctx, final, "k-charge", rec, longTTL); err != nil {
+		t.Fatalf("CompleteCharge: %v", err)
+	}
+	if d := diffCharge(mustGet(t, s, "ch_done"), keptForm(t, final)); d != "" {
+		t.Errorf("charge after CompleteCharge: %s", d)
+	}
+	if list, err := s.ChargesByStatus(ctx, payrouter.StatusProcessing, 10); err != nil || len(list) != 0 {
+		t.Errorf("processing charges after CompleteCharge moved ch_done on: %d, %v; want none", len(list), err)
+	}
+	wantReplay(t, s, "k-charge", fpA, rec)
+
+	later := newRecord(fpA)
+	later.Status = 202
+	if err := s.CompleteCharge(ctx, final, "k-charge", later, longTTL); err != nil {
+		t.Fatalf("CompleteCharge again: %v", err)
+	}
+	wantReplay(t, s, "k-charge", fpA, rec)
+
+	if err := s.CompleteCharge(ctx, nil, "k-nil", rec, longTTL); err == nil {
+		t.Error("CompleteCharge with a nil charge: no error")
+	}
+}

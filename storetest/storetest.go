@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 
 		{"idempotency/claim new key", testClaimNew},
 		{"idempotency/complete and replay", testCompleteReplay},
+		{"idempotency/complete a charge and its key at once", testCompleteCharge},
 		{"idempotency/complete sets created_at", testCompleteSetsCreatedAt},
 		{"idempotency/first complete wins", testFirstCompleteWins},
 		{"idempotency/complete without a live claim", testCompleteUnclaimed},

@@ -191,7 +191,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 	var err error
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: adapters, Domains: a.domains, Charges: a.store,
-		Budget: cfg.RequestTimeout, Log: log,
+		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
 	})
 	if err != nil {
 		a.close()
