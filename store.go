@@ -139,10 +139,11 @@ type BreakerEvent struct {
 // method is ever called to admit a customer call while the breaker is closed: admission is
 // local, and these calls report to the fleet and learn from it.
 type FleetBreakers interface {
-	// ReportOutcomes adds one instance's counted calls to the fleet's counts and applies rules;
-	// when they trip the breaker it is opened for rules.Cooldown, BreakerOpened is published, and
-	// opened is true. Outcomes reported while the breaker is open or half-open are dropped.
-	ReportOutcomes(ctx context.Context, breaker string, rules BreakerRules, r BreakerReport) (opened bool, counts BreakerCounts, err error)
+	// ReportOutcomes adds one instance's (origin's) counted calls to the fleet's counts and
+	// applies rules; when they trip the breaker it is opened for rules.Cooldown, BreakerOpened is
+	// published, and opened is true. Outcomes reported while the breaker is open or half-open are
+	// dropped.
+	ReportOutcomes(ctx context.Context, breaker string, rules BreakerRules, r BreakerReport, origin string) (opened bool, counts BreakerCounts, err error)
 	// OpenBreaker opens the breaker for cooldown (an instance's own counts tripped it, or a trial
 	// failed), clears its counts and trials, and publishes BreakerOpened; opened is false when it
 	// was already open, which it then leaves as it was.

@@ -270,7 +270,7 @@ func (s *Store) ForcedStates(ctx context.Context) (map[string]payrouter.Forced, 
 // With a rules.Window, failures in a row leave the window with the others, as in the local
 // gobreaker's rolling counts. With Window 0 the counts are kept until the breaker opens or is
 // reset, or until a day passes with no report, the safety net every key of a breaker has.
-func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrouter.BreakerRules, r payrouter.BreakerReport) (bool, payrouter.BreakerCounts, error) {
+func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrouter.BreakerRules, r payrouter.BreakerReport, origin string) (bool, payrouter.BreakerCounts, error) {
 	const op = "report outcomes"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return false, payrouter.BreakerCounts{}, err
@@ -291,7 +291,8 @@ func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrou
 		Breaker string                     `json:"breaker"`
 		Kind    payrouter.BreakerEventKind `json:"kind"`
 		OpenFor time.Duration              `json:"open_for"`
-	}{breaker, payrouter.BreakerOpened, rules.Cooldown})
+		Origin  string                     `json:"origin,omitempty"`
+	}{breaker, payrouter.BreakerOpened, rules.Cooldown, origin})
 	if err != nil {
 		return false, payrouter.BreakerCounts{}, fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}

@@ -324,7 +324,7 @@ func TestReportOutcomesBreakerRules(t *testing.T) {
 			tc.rules.Cooldown = time.Minute
 			for n, st := range tc.steps {
 				reporter := []*redisstore.Store{a, b}[n%2] // the fleet's counts, not one instance's
-				opened, got, err := reporter.ReportOutcomes(t.Context(), breaker, tc.rules, st.report)
+				opened, got, err := reporter.ReportOutcomes(t.Context(), breaker, tc.rules, st.report, "test")
 				if err != nil {
 					t.Fatalf("step %d: ReportOutcomes(%+v): %v", n, st.report, err)
 				}
@@ -367,7 +367,7 @@ func TestReportOutcomesBreakerWindowExpiry(t *testing.T) {
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 3, FailuresInWindow: 3, Window: 300 * time.Millisecond, Cooldown: time.Minute}
 	report := func(r payrouter.BreakerReport, wantOpened bool, want payrouter.BreakerCounts) {
 		t.Helper()
-		opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, r)
+		opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, r, "test")
 		if err != nil || opened != wantOpened || got != want {
 			t.Fatalf("ReportOutcomes(%+v) = %v, %+v, %v; want %v, %+v", r, opened, got, err, wantOpened, want)
 		}
@@ -389,7 +389,7 @@ func TestReportOutcomesBreakerWithoutWindowKeepsCounts(t *testing.T) {
 	const breaker = "paywell/charge"
 	// Window 0: gobreaker's Interval 0, counts kept until the breaker opens.
 	rules := payrouter.BreakerRules{FailuresInWindow: 3, Cooldown: time.Minute}
-	if _, _, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(2)); err != nil {
+	if _, _, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(2), "test"); err != nil {
 		t.Fatal(err)
 	}
 	// The window hash of a windowed breaker loses its buckets as Redis's clock moves on; this
@@ -401,7 +401,7 @@ func TestReportOutcomesBreakerWithoutWindowKeepsCounts(t *testing.T) {
 	if got := breakerState(t, s, breaker).Counts; got != counts(2, 2, 2) {
 		t.Fatalf("counts = %+v, want the two failures kept", got)
 	}
-	opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(1))
+	opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(1), "test")
 	if err != nil || !opened || got != counts(3, 3, 3) {
 		t.Fatalf("ReportOutcomes = %v, %+v, %v; want opened at 3 failures", opened, got, err)
 	}
@@ -424,7 +424,7 @@ func TestBreakerOpenedEventReachesEveryInstance(t *testing.T) {
 
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 2, Cooldown: 30 * time.Second}
 	start := time.Now()
-	opened, _, err := a.ReportOutcomes(t.Context(), breaker, rules, failure(2))
+	opened, _, err := a.ReportOutcomes(t.Context(), breaker, rules, failure(2), "test")
 	if err != nil || !opened {
 		t.Fatalf("ReportOutcomes = %v, %v; want opened", opened, err)
 	}
@@ -432,7 +432,7 @@ func TestBreakerOpenedEventReachesEveryInstance(t *testing.T) {
 	if took := time.Since(start); took > eventWithin {
 		t.Fatalf("the other instance learned the trip %v after it, want within %v", took, eventWithin)
 	}
-	want := payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerOpened, OpenFor: 30 * time.Second, Counts: counts(2, 2, 2)}
+	want := payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerOpened, OpenFor: 30 * time.Second, Counts: counts(2, 2, 2), Origin: "test"}
 	if ev != want {
 		t.Fatalf("event = %+v, want %+v", ev, want)
 	}
@@ -755,7 +755,7 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 
 	// Reset clears everything: forcing, the open state, counts and trials.
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 10, Cooldown: time.Minute}
-	if _, _, err := a.ReportOutcomes(ctx, "tranglo/charge", rules, failure(3)); err != nil {
+	if _, _, err := a.ReportOutcomes(ctx, "tranglo/charge", rules, failure(3), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.OpenBreaker(ctx, breaker, time.Minute, counts(4, 4, 4), "a"); err != nil {
@@ -793,14 +793,14 @@ func TestReportOutcomesDroppedWhileBreakerOpen(t *testing.T) {
 	s := fl.instance(t)
 	const breaker = "paywell/charge"
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 2, FailuresInWindow: 2, Cooldown: 150 * time.Millisecond}
-	if opened, _, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(2)); err != nil || !opened {
+	if opened, _, err := s.ReportOutcomes(t.Context(), breaker, rules, failure(2), "test"); err != nil || !opened {
 		t.Fatalf("ReportOutcomes = %v, %v; want opened", opened, err)
 	}
 	w := fl.watch(t, s)
 	drop := func(when string) {
 		t.Helper()
 		for _, r := range []payrouter.BreakerReport{failure(5), success(5)} {
-			opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, r)
+			opened, got, err := s.ReportOutcomes(t.Context(), breaker, rules, r, "test")
 			if err != nil || opened || got != (payrouter.BreakerCounts{}) {
 				t.Fatalf("ReportOutcomes(%+v) while %s = %v, %+v, %v; want dropped", r, when, opened, got, err)
 			}
@@ -825,10 +825,10 @@ func TestBreakerKeysExpire(t *testing.T) {
 	s := fl.instance(t)
 	ctx := t.Context()
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 5, Window: time.Minute, Cooldown: time.Minute}
-	if _, _, err := s.ReportOutcomes(ctx, "counting/charge", rules, failure(1)); err != nil {
+	if _, _, err := s.ReportOutcomes(ctx, "counting/charge", rules, failure(1), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ReportOutcomes(ctx, "unwindowed/charge", payrouter.BreakerRules{Cooldown: time.Minute}, failure(1)); err != nil {
+	if _, _, err := s.ReportOutcomes(ctx, "unwindowed/charge", payrouter.BreakerRules{Cooldown: time.Minute}, failure(1), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.OpenBreaker(ctx, "open/charge", time.Minute, payrouter.BreakerCounts{}, ""); err != nil {
@@ -884,7 +884,7 @@ func TestBreakerStatesOfManyBreakers(t *testing.T) {
 	s := fl.instance(t)
 	ctx := t.Context()
 	rules := payrouter.BreakerRules{ConsecutiveFailures: 5, Window: time.Minute, Cooldown: time.Minute}
-	if _, _, err := s.ReportOutcomes(ctx, "ding/charge", rules, mixed(3, 2, 1)); err != nil {
+	if _, _, err := s.ReportOutcomes(ctx, "ding/charge", rules, mixed(3, 2, 1), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, ""); err != nil {
@@ -928,27 +928,27 @@ func TestBreakerInvalidArguments(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"report: empty name", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, "", rules, failure(1))
+			_, _, err := s.ReportOutcomes(ctx, "", rules, failure(1), "test")
 			return err
 		}},
 		{"report: no cooldown", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{ConsecutiveFailures: 1}, failure(1))
+			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{ConsecutiveFailures: 1}, failure(1), "test")
 			return err
 		}},
 		{"report: negative rule", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailuresInWindow: -1, Cooldown: time.Minute}, failure(1))
+			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailuresInWindow: -1, Cooldown: time.Minute}, failure(1), "test")
 			return err
 		}},
 		{"report: rate above 1", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailureRate: 1.5, Cooldown: time.Minute}, failure(1))
+			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailureRate: 1.5, Cooldown: time.Minute}, failure(1), "test")
 			return err
 		}},
 		{"report: more trailing failures than failures", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, rules, mixed(1, 1, 2))
+			_, _, err := s.ReportOutcomes(ctx, b, rules, mixed(1, 1, 2), "test")
 			return err
 		}},
 		{"report: negative counts", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, rules, mixed(-1, 1, 1))
+			_, _, err := s.ReportOutcomes(ctx, b, rules, mixed(-1, 1, 1), "test")
 			return err
 		}},
 		{"open: no cooldown", func(ctx context.Context) error {
@@ -1183,7 +1183,7 @@ func fleetCalls(s *redisstore.Store) []struct {
 		{"SetForced", func(ctx context.Context) error { return s.SetForced(ctx, b, payrouter.ForcedOpen) }},
 		{"ForcedStates", func(ctx context.Context) error { _, err := s.ForcedStates(ctx); return err }},
 		{"ReportOutcomes", func(ctx context.Context) error {
-			_, _, err := s.ReportOutcomes(ctx, b, rules, failure(1))
+			_, _, err := s.ReportOutcomes(ctx, b, rules, failure(1), "test")
 			return err
 		}},
 		{"OpenBreaker", func(ctx context.Context) error {

@@ -305,6 +305,11 @@ func (f *Fleet) apply(ev payrouter.BreakerEvent) {
 	if l == nil {
 		return
 	}
+	if ev.Origin != f.o.Origin {
+		// Says where the transition logged next (circuit.opened, ...) came from: another
+		// instance, the prober, or ops through another instance's admin API.
+		f.o.Log.Info("fleet.event", "breaker", ev.Breaker, "kind", string(ev.Kind), "origin", ev.Origin)
+	}
 	switch ev.Kind {
 	case payrouter.BreakerOpened:
 		l.b.fleetOpened(ev.OpenFor, countsFrom(ev.Counts))
@@ -390,7 +395,7 @@ func (l *fleetLink) send(ctx context.Context) {
 	}
 	ctx, cancel := l.f.bound(ctx)
 	defer cancel()
-	opened, c, err := l.f.shared.ReportOutcomes(ctx, l.b.name, l.rules, r)
+	opened, c, err := l.f.shared.ReportOutcomes(ctx, l.b.name, l.rules, r, l.f.o.Origin)
 	if err == nil && opened {
 		l.b.fleetOpened(l.rules.Cooldown, countsFrom(c))
 	}

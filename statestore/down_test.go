@@ -70,7 +70,7 @@ func TestFleetWhileDown(t *testing.T) {
 		call func(s *Store) error
 	}{
 		{"ReportOutcomes", func(s *Store) error {
-			_, _, err := s.ReportOutcomes(t.Context(), "paywell/charge", payrouter.BreakerRules{}, payrouter.BreakerReport{Failures: 1})
+			_, _, err := s.ReportOutcomes(t.Context(), "paywell/charge", payrouter.BreakerRules{}, payrouter.BreakerReport{Failures: 1}, "test")
 			return err
 		}},
 		{"OpenBreaker", func(s *Store) error {

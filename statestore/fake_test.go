@@ -156,7 +156,7 @@ func (f *fakePrimary) ForcedStates(ctx context.Context) (map[string]payrouter.Fo
 
 // The fleet's methods are stubs: statestore only passes them through or refuses them.
 
-func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport) (bool, payrouter.BreakerCounts, error) {
+func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {
 	return false, payrouter.BreakerCounts{}, f.enter()
 }
 

@@ -28,9 +28,9 @@ func (s *Store) fleetCall(ctx context.Context, what string, call func() error) e
 
 // ReportOutcomes adds one instance's counted calls to the fleet's counts
 // (payrouter.FleetBreakers); ErrDown while the shared store is down.
-func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrouter.BreakerRules, r payrouter.BreakerReport) (opened bool, counts payrouter.BreakerCounts, err error) {
+func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrouter.BreakerRules, r payrouter.BreakerReport, origin string) (opened bool, counts payrouter.BreakerCounts, err error) {
 	err = s.fleetCall(ctx, "report outcomes", func() (err error) {
-		opened, counts, err = s.primary.ReportOutcomes(ctx, breaker, rules, r)
+		opened, counts, err = s.primary.ReportOutcomes(ctx, breaker, rules, r, origin)
 		return err
 	})
 	return opened, counts, err
