@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -73,31 +74,66 @@ var (
 	_ payrouter.Leases        = (*Store)(nil)
 )
 
-// Open connects to the Redis that rawURL names, redis://[user:password@]host:port/db, or
-// rediss:// for TLS. Sentinel and Cluster deployments pass their own client to New. Open does not
-// wait for Redis to answer: a Store opened while Redis is down works as soon as Redis is up.
+// Open connects to the Redis that rawURL names (redis://, or rediss:// for TLS):
+//
+//	redis://[user:password@]host:port/db                           one server
+//	redis://[user:password@]host:port/db?master_name=M&addr=h2:p2  Sentinel: host:port and each
+//	                                                               addr are sentinels of master M
+//	redis://[user:password@]host:port?addr=h2:p2&addr=h3:p3        Cluster: seed nodes
+//
+// Other query parameters are go-redis's (ParseURL, ParseFailoverURL, ParseClusterURL); the
+// timeouts are always Options.Timeout and calls are never retried. Open does not wait for Redis
+// to answer: a Store opened while Redis is down works as soon as Redis is up.
 func Open(rawURL string, o Options) (*Store, error) {
 	o = o.withDefaults()
 	if !strings.HasPrefix(rawURL, "redis://") && !strings.HasPrefix(rawURL, "rediss://") {
 		return nil, errors.New("redisstore: state.redis_url must start with redis:// or rediss://")
 	}
-	ro, err := redis.ParseURL(rawURL)
+	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: state.redis_url: %w", err)
+		return nil, errors.New("redisstore: state.redis_url is not a URL") // never echo it: it may hold a password
 	}
-	ro.DialTimeout = o.Timeout
-	ro.ReadTimeout = o.Timeout
-	ro.WriteTimeout = o.Timeout
-	ro.PoolTimeout = o.Timeout
-	ro.ContextTimeoutEnabled = true
-	ro.MaxRetries = -1 // no retries: a retry doubles the wait a request pays for a slow Redis
-	// One dial per attempt: go-redis otherwise dials 5 times 100ms apart, so a Redis that
-	// refuses connections would cost every call its whole timeout instead of failing at once.
-	ro.DialerRetries = 1
-	if o.PoolSize > 0 {
-		ro.PoolSize = o.PoolSize
+	q := u.Query()
+	var rdb redis.UniversalClient
+	switch {
+	case q.Has("master_name"):
+		fo, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: state.redis_url (Sentinel): %w", err)
+		}
+		fo.DialTimeout, fo.ReadTimeout, fo.WriteTimeout, fo.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		fo.ContextTimeoutEnabled, fo.MaxRetries, fo.DialerRetries = true, -1, 1
+		if o.PoolSize > 0 {
+			fo.PoolSize = o.PoolSize
+		}
+		rdb = redis.NewFailoverClient(fo)
+	case q.Has("addr"):
+		co, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: state.redis_url (Cluster): %w", err)
+		}
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout, co.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		co.ContextTimeoutEnabled, co.MaxRetries, co.DialerRetries = true, -1, 1
+		if o.PoolSize > 0 {
+			co.PoolSize = o.PoolSize
+		}
+		rdb = redis.NewClusterClient(co)
+	default:
+		ro, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: state.redis_url: %w", err)
+		}
+		ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout, ro.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		// No retries: a retry doubles the wait a request pays for a slow Redis. One dial per
+		// attempt: go-redis otherwise dials 5 times 100ms apart, so a Redis that refuses
+		// connections would cost every call its whole timeout instead of failing at once.
+		ro.ContextTimeoutEnabled, ro.MaxRetries, ro.DialerRetries = true, -1, 1
+		if o.PoolSize > 0 {
+			ro.PoolSize = o.PoolSize
+		}
+		rdb = redis.NewClient(ro)
 	}
-	return New(redis.NewClient(ro), o), nil
+	return New(rdb, o), nil
 }
 
 // New returns a Store over a client the caller made (Sentinel, Cluster, or options Open does not

@@ -1,0 +1,79 @@
+package redisstore_test
+
+// Sentinel and Cluster, each a real deployment on loopback: state.redis_url in their forms, the
+// shared store suite, and a breaker trip heard by a second store.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/redisstore"
+	"github.com/payrouter/payrouter/redisstore/redistest"
+	"github.com/payrouter/payrouter/storetest"
+)
+
+func TestStoreThroughSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master)
+	storetest.Run(t, func(t *testing.T) payrouter.Store {
+		return openStore(t, sentinel.URL(), redisstore.Options{Timeout: suiteTimeout})
+	})
+	t.Run("breaker trip reaches another instance", func(t *testing.T) {
+		checkTripHeard(t, sentinel.URL())
+	})
+}
+
+func TestStoreOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	storetest.Run(t, func(t *testing.T) payrouter.Store {
+		return openStore(t, cluster.URL(), redisstore.Options{Timeout: suiteTimeout})
+	})
+	t.Run("breaker trip reaches another instance", func(t *testing.T) {
+		checkTripHeard(t, cluster.URL())
+	})
+}
+
+// checkTripHeard trips a breaker through one store and expects a second store on the same
+// deployment to hear the opened event, and to read the breaker open.
+func checkTripHeard(t *testing.T, url string) {
+	o := redisstore.Options{Timeout: suiteTimeout, Prefix: "trip:" + t.Name() + ":"}
+	a, b := openStore(t, url, o), openStore(t, url, o)
+	events := make(chan payrouter.BreakerEvent, 16)
+	subscribed := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.WatchBreakers(ctx, func() { close(subscribed) }, func(ev payrouter.BreakerEvent) { events <- ev })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-subscribed:
+	case <-done:
+		t.Fatal("WatchBreakers returned before subscribing")
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchBreakers not subscribed after 5s")
+	}
+	rules := payrouter.BreakerRules{ConsecutiveFailures: 2, Cooldown: time.Minute}
+	opened, _, err := a.ReportOutcomes(t.Context(), "paywell/charge", rules, payrouter.BreakerReport{Failures: 2, TrailingFailures: 2}, "A")
+	if err != nil || !opened {
+		t.Fatalf("ReportOutcomes = %v, %v; want opened", opened, err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Kind != payrouter.BreakerOpened || ev.Breaker != "paywell/charge" || ev.Origin != "A" {
+			t.Fatalf("event heard by the other store: %+v, want paywell/charge opened by A", ev)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other store heard no event within 2s of the trip")
+	}
+	states, err := b.BreakerStates(t.Context(), []string{"paywell/charge", "ding/charge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !states["paywell/charge"].Open || states["ding/charge"].Open {
+		t.Errorf("BreakerStates through the other store: %+v; want paywell/charge open, ding/charge closed", states)
+	}
+}
