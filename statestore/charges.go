@@ -146,6 +146,7 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, key str
 		if !s.fallBack(ctx, err) {
 			if err == nil {
 				s.forgetClaim(key)
+				s.recent.add(key, rec, ttl, time.Now())
 			}
 			return err
 		}

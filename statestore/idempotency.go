@@ -35,6 +35,14 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, inFlightTTL 
 	if s.heldOnPrimary(key, now) {
 		return nil, payrouter.ErrInFlight
 	}
+	if rec, ok := s.recent.get(key, now); ok {
+		// Answered through this instance just before the outage: the shared store has it, and
+		// so do we.
+		if rec.Fingerprint != fingerprint {
+			return nil, payrouter.ErrMismatch
+		}
+		return &rec, nil
+	}
 	s.localMu.RLock()
 	defer s.localMu.RUnlock()
 	rec, err := s.local.Claim(ctx, key, fingerprint, inFlightTTL)
@@ -60,6 +68,7 @@ func (s *Store) Complete(ctx context.Context, key string, rec payrouter.Idempote
 		if !s.fallBack(ctx, err) {
 			if err == nil {
 				s.forgetClaim(key)
+				s.recent.add(key, rec, ttl, now)
 			}
 			return err
 		}

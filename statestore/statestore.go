@@ -16,13 +16,12 @@
 // Idempotency keys are shared by the fleet only through the shared store. During an outage each
 // instance has its own keys, so the same Idempotency-Key sent to two instances during an outage
 // can be charged twice: neither instance can see the other's claim. Nor can an instance see the
-// records completed before the outage, which are in the shared store only: a retry during the
-// outage of a request answered before it is taken as a new request. What one instance does
-// during the outage it remembers: keys it claimed before the outage and still holds answer
-// ErrInFlight, and keys claimed or completed during it are answered locally until their record is
-// in the shared store. Each gateway still receives payrouter's per-attempt reference
-// (payrouter.AttemptReference), so a retry at the same gateway through the same instance cannot
-// be charged twice. When the store returns, the first record stored there wins (Complete keeps
+// records other instances completed before the outage, which are in the shared store only: a
+// retry during the outage of a request answered before it is taken as a new request, unless
+// this instance answered it recently (Options.RecentAnswers keeps its last answers). What one
+// instance does during the outage it remembers: keys it claimed before the outage and still holds
+// answer ErrInFlight, and keys claimed or completed during it are answered locally until their
+// record is in the shared store. When the store returns, the first record stored there wins (Complete keeps
 // the first), so every instance replays the same answer from then on.
 package statestore
 
@@ -82,6 +81,12 @@ type Options struct {
 	// OnChange is called from Run's goroutine, in order, on every change of Up (after the
 	// re-sync when coming up), for the payrouter_state_store_up metric; nil: none.
 	OnChange func(up bool)
+	// RecentAnswers is how many of the last idempotency answers stored in the shared store are
+	// also kept here, so that during an outage a retry of a request answered just before it is
+	// replayed by this instance rather than charged again; 0: DefaultRecentAnswers, < 0: none.
+	RecentAnswers int
+	// RecentFor is how long each of them is kept at most; 0: DefaultRecentFor.
+	RecentFor time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -99,6 +104,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OnChange == nil {
 		o.OnChange = func(bool) {}
+	}
+	if o.RecentAnswers == 0 {
+		o.RecentAnswers = DefaultRecentAnswers
+	}
+	o.RecentAnswers = max(o.RecentAnswers, 0)
+	if o.RecentFor <= 0 {
+		o.RecentFor = DefaultRecentFor
 	}
 	return o
 }
@@ -152,6 +164,9 @@ type Store struct {
 	// forcedGen changes with every local forced write, so that mirroring an older read of the
 	// shared store's forced states never undoes a newer write.
 	forcedGen uint64
+
+	// recent are the last answers stored in the shared store, for replays during an outage.
+	recent *recentAnswers
 }
 
 // pendingRecord is an idempotency record completed locally, to be pushed while it lives.
@@ -197,6 +212,7 @@ func New(primary Shared, o Options) *Store {
 		releases: map[string]time.Time{},
 		forced:   map[string]pendingForced{},
 	}
+	s.recent = newRecentAnswers(s.o.RecentAnswers, s.o.RecentFor)
 	s.up.Store(true)
 	return s
 }
