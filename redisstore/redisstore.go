@@ -95,6 +95,8 @@ func Open(rawURL string, o Options) (*Store, error) {
 	}
 	q := u.Query()
 	var rdb redis.UniversalClient
+	// The three branches set the same fields on three go-redis option types that share no type
+	// to set them through (UniversalOptions has no DialerRetries).
 	switch {
 	case q.Has("master_name"):
 		fo, err := redis.ParseFailoverURL(rawURL)
