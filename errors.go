@@ -11,10 +11,13 @@ type ErrorCode string
 
 // The error codes payrouter uses.
 const (
-	EInvalid             ErrorCode = "invalid-request"
-	EUnauthorized        ErrorCode = "unauthorized"
-	ENotFound            ErrorCode = "not-found"
-	EConflict            ErrorCode = "idempotency-conflict"
+	EInvalid      ErrorCode = "invalid-request"
+	EUnauthorized ErrorCode = "unauthorized"
+	ENotFound     ErrorCode = "not-found"
+	EConflict     ErrorCode = "idempotency-conflict"
+	// EState: the charge is not in a state the operation applies to (voiding a captured charge,
+	// refunding more than is left).
+	EState               ErrorCode = "invalid-charge-state"
 	EMismatch            ErrorCode = "idempotency-mismatch"
 	EDeclined            ErrorCode = "card-declined"
 	EGatewayError        ErrorCode = "gateway-error"

@@ -141,9 +141,11 @@ type Charge struct {
 	GatewayReference string            `json:"gateway_reference,omitempty"`
 	Reference        string            `json:"reference,omitempty"` // sent to Gateway as its idempotency field
 	DeclineCode      string            `json:"decline_code,omitempty"`
-	Attempts         []Attempt         `json:"attempts"`
-	CreatedAt        time.Time         `json:"created_at"`
-	UpdatedAt        time.Time         `json:"updated_at"`
+	// Refunded is the sum of the refunds the gateway applied (queued ones are not in it yet).
+	Refunded  int64     `json:"refunded,omitempty"`
+	Attempts  []Attempt `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Attempt is one try at one gateway for a charge, in the order they were made.
@@ -155,6 +157,11 @@ type Attempt struct {
 	Reference string `json:"reference,omitempty"`
 	// Resolved is what a status look-up found out after a timeout or unknown outcome.
 	Resolved TxState `json:"resolved,omitempty"`
+	// Hedge is true for an attempt started beside a slow one (a hedge): it only authorized.
+	Hedge bool `json:"hedge,omitempty"`
+	// Voided is true when this attempt's approval was not the charge's and was voided (or
+	// refunded): a hedge that lost, or a late approval after a failover.
+	Voided bool `json:"voided,omitempty"`
 }
 
 // AttemptReference is the reference payrouter sends as a gateway's idempotency field for the
@@ -163,6 +170,37 @@ type Attempt struct {
 func AttemptReference(chargeID string, n int) string {
 	return chargeID + "-a" + strconv.Itoa(n)
 }
+
+// RefundStatus is the status of a refund.
+type RefundStatus string
+
+// The statuses of a refund.
+const (
+	RefundSucceeded RefundStatus = "succeeded" // the gateway applied it
+	RefundQueued    RefundStatus = "queued"    // kept durably; sent when the gateway's breaker lets it through
+	RefundPending   RefundStatus = "pending"   // sent, its answer is not known yet; a queued task finds out
+	RefundFailed    RefundStatus = "failed"    // the gateway refused it (Detail says why)
+)
+
+// Refund gives back all or part of a captured charge, at the gateway that captured it.
+type Refund struct {
+	ID       string       `json:"id"`
+	ChargeID string       `json:"charge_id"`
+	Amount   int64        `json:"amount"`
+	Currency string       `json:"currency"`
+	Status   RefundStatus `json:"status"`
+	Gateway  string       `json:"gateway"`
+	// Reference is sent as the gateway's idempotency field for this refund, the same every time
+	// it is sent: a refund sent twice is applied once.
+	Reference        string    `json:"reference"`
+	GatewayReference string    `json:"gateway_reference,omitempty"`
+	Detail           string    `json:"detail,omitempty"` // why it failed; never card data
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+}
+
+// RefundReference is the reference a refund is sent to its gateway with.
+func RefundReference(refundID string) string { return refundID }
 
 // ChargeRequest is what an adapter sends to authorize (and, with Capture, capture) a charge.
 type ChargeRequest struct {

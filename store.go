@@ -61,9 +61,70 @@ type BreakerStateStore interface {
 	ForcedStates(ctx context.Context) (map[string]Forced, error)
 }
 
+// RefundStore keeps refunds.
+type RefundStore interface {
+	// SaveRefund creates or replaces the refund with r.ID.
+	SaveRefund(ctx context.Context, r *Refund) error
+	// Refund returns the refund with that id, or ErrNotFound.
+	Refund(ctx context.Context, id string) (*Refund, error)
+}
+
+// TaskKind says what a queued Task asks for.
+type TaskKind string
+
+// The kinds of tasks.
+const (
+	// TaskRefund sends the refund RefundID, which waits as queued.
+	TaskRefund TaskKind = "refund"
+	// TaskVoid voids the authorization Reference at Gateway that no charge keeps: a hedge that
+	// lost, or a late approval after a failover. A captured one is refunded instead.
+	TaskVoid TaskKind = "void"
+	// TaskRecheck looks the attempt Reference at Gateway up again: it was found not processed
+	// (and the charge went elsewhere, or failed), but a gateway may still process a request it
+	// received late. An approval found then is voided (TaskVoid).
+	TaskRecheck TaskKind = "recheck"
+)
+
+// Task is a unit of money work done later, kept durably until done (DESIGN.md, State stores).
+type Task struct {
+	// ID is the queue's id of the task, set by Enqueue and Take.
+	ID       string   `json:"-"`
+	Kind     TaskKind `json:"kind"`
+	Gateway  string   `json:"gateway"`
+	ChargeID string   `json:"charge_id"`
+	RefundID string   `json:"refund_id,omitempty"` // TaskRefund
+	// Reference is the charge attempt's reference at Gateway (TaskVoid, TaskRecheck).
+	Reference        string `json:"reference,omitempty"`
+	GatewayReference string `json:"gateway_reference,omitempty"`
+	Amount           int64  `json:"amount,omitempty"`
+	Currency         string `json:"currency,omitempty"`
+	// NotBefore: the task is not worked before then (a recheck waits for a late answer).
+	NotBefore time.Time `json:"not_before,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	// Deliveries counts the times Take handed the task out, this time included; set by Take.
+	Deliveries int `json:"-"`
+}
+
+// Queue keeps tasks durably until they are acknowledged (a Redis Stream with a consumer group in
+// redisstore). A task handed out by Take and never acknowledged, because its consumer crashed or
+// left it for later, is handed out again once idle for long enough, to any consumer.
+type Queue interface {
+	// Enqueue adds a task and returns its id.
+	Enqueue(ctx context.Context, t Task) (id string, err error)
+	// Take hands consumer up to max tasks: first those handed out before (to anyone) and not
+	// acknowledged for longer than idle, then new ones. A task stays in the queue until Ack.
+	Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]Task, error)
+	// Ack removes a task that is done.
+	Ack(ctx context.Context, id string) error
+	// QueueDepth counts the tasks not acknowledged yet.
+	QueueDepth(ctx context.Context) (int64, error)
+}
+
 // Store is everything payrouter keeps: one implementation per backend (memstore, redisstore).
 type Store interface {
 	ChargeStore
+	RefundStore
+	Queue
 	IdempotencyStore
 	BreakerStateStore
 	// CompleteCharge saves c and completes key with rec, as SaveCharge then Complete: the final

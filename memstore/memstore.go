@@ -39,6 +39,12 @@ type Store struct {
 
 	forcedMu sync.RWMutex
 	forced   map[string]payrouter.Forced
+
+	// queueMu guards refunds and the task queue (queue.go).
+	queueMu  sync.Mutex
+	refunds  map[string]*payrouter.Refund
+	queue    []*queued
+	queueSeq int64
 }
 
 var _ payrouter.Store = (*Store)(nil)
@@ -64,6 +70,7 @@ func New(opts ...Option) *Store {
 		byStatus: make(map[payrouter.ChargeStatus]map[string]struct{}),
 		idem:     make(map[string]idemEntry),
 		forced:   make(map[string]payrouter.Forced),
+		refunds:  make(map[string]*payrouter.Refund),
 	}
 	for _, opt := range opts {
 		opt(s)

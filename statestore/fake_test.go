@@ -154,6 +154,48 @@ func (f *fakePrimary) ForcedStates(ctx context.Context) (map[string]payrouter.Fo
 	return f.Store.ForcedStates(ctx)
 }
 
+func (f *fakePrimary) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	return f.Store.SaveRefund(ctx, r)
+}
+
+func (f *fakePrimary) Refund(ctx context.Context, id string) (*payrouter.Refund, error) {
+	if err := f.enter(); err != nil {
+		return nil, err
+	}
+	return f.Store.Refund(ctx, id)
+}
+
+func (f *fakePrimary) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
+	if err := f.enter(); err != nil {
+		return "", err
+	}
+	return f.Store.Enqueue(ctx, t)
+}
+
+func (f *fakePrimary) Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]payrouter.Task, error) {
+	if err := f.enter(); err != nil {
+		return nil, err
+	}
+	return f.Store.Take(ctx, consumer, max, idle)
+}
+
+func (f *fakePrimary) Ack(ctx context.Context, id string) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	return f.Store.Ack(ctx, id)
+}
+
+func (f *fakePrimary) QueueDepth(ctx context.Context) (int64, error) {
+	if err := f.enter(); err != nil {
+		return 0, err
+	}
+	return f.Store.QueueDepth(ctx)
+}
+
 // The fleet's methods are stubs: statestore only passes them through or refuses them.
 
 func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -15,7 +16,7 @@ import (
 // once, and the version check below keeps anything written locally during a push pending.
 //
 //   - A charge saved locally is saved to the shared store: the local copy is the newer one,
-//     since every save of a pending charge goes to it.
+//     since every save of a pending charge goes to it. So is a refund saved locally.
 //   - An idempotency record completed locally is Completed on the shared store, with what is
 //     left of its ttl. Complete keeps the first record, so when another instance stored one for
 //     the key during the outage, that one stays and is what every instance replays.
@@ -24,6 +25,12 @@ import (
 //     the release cannot touch another instance's.
 //   - A forced state set locally is set on the shared store with SetForced, which does not
 //     publish it: other instances learn it at their next refresh.
+//   - A shared task acknowledged while down is acknowledged there, before the local tasks are
+//     moved, so that the store never comes up offering work already done.
+//   - A task of the local queue not acknowledged yet is enqueued on the shared store, then
+//     acknowledged locally (queue.go, pushTask), unless it is in a worker's hands: it is moved
+//     at a later push if its worker does not acknowledge it in time. A task moved gets a shared
+//     id and starts its deliveries again; the worker of a local id acknowledges it locally.
 //
 // What fails to push stays pending and is pushed again at the next push: every CheckUp while up,
 // and at the next re-sync. Keys claimed locally and still in flight stay local; their Complete
@@ -31,14 +38,14 @@ import (
 
 // pushStats counts what one push saved to the shared store, and what is still pending after it.
 type pushStats struct {
-	charges, records, releases, forced, left int
+	charges, refunds, records, releases, forced, acks, tasks, left int
 }
 
 // pending reports whether anything waits to be pushed.
 func (s *Store) pending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.charges)+len(s.records)+len(s.releases)+len(s.forced) > 0
+	return s.pendingLocked() > 0
 }
 
 // push pushes everything pending once. It stops at the first error saying the shared store is
@@ -55,6 +62,9 @@ func (s *Store) push(ctx context.Context) (st pushStats, err error) {
 	s.mu.Lock()
 	releases := maps.Clone(s.releases)
 	charges := maps.Clone(s.charges)
+	refunds := maps.Clone(s.refunds)
+	acks := maps.Clone(s.acks)
+	tasks := slices.Collect(maps.Keys(s.tasks))
 	records := maps.Clone(s.records)
 	forced := maps.Clone(s.forced)
 	s.mu.Unlock()
@@ -104,6 +114,31 @@ func (s *Store) push(ctx context.Context) (st pushStats, err error) {
 		}) || forgot
 	}
 
+	for id, version := range refunds {
+		r, err := s.localRefund(ctx, id)
+		if err != nil {
+			if errors.Is(err, payrouter.ErrNotFound) {
+				continue // a pending refund is always kept locally; nothing to push
+			}
+			return st, err // the local store is closed, or ctx ended
+		}
+		err = s.primary.SaveRefund(ctx, r)
+		if stop := s.pushFailed(ctx, err, "refund", id); stop != nil {
+			return st, stop
+		}
+		if err != nil {
+			continue
+		}
+		st.refunds++
+		forgot = s.forget(func() bool {
+			if s.refunds[id] != version {
+				return false // saved again meanwhile: the newer copy is pushed next time
+			}
+			delete(s.refunds, id)
+			return true
+		}) || forgot
+	}
+
 	for key, r := range records {
 		if left := time.Until(r.expires); left > 0 {
 			err := s.primary.Complete(ctx, key, r.rec, left)
@@ -141,6 +176,32 @@ func (s *Store) push(ctx context.Context) (st pushStats, err error) {
 			return true
 		})
 	}
+
+	for id := range acks {
+		err := s.primary.Ack(ctx, id)
+		if stop := s.pushFailed(ctx, err, "task ack", id); stop != nil {
+			return st, stop
+		}
+		if err != nil {
+			continue
+		}
+		st.acks++
+		s.forget(func() bool {
+			delete(s.acks, id)
+			return true
+		})
+	}
+
+	now := time.Now()
+	for _, id := range tasks {
+		pushed, err := s.pushTask(ctx, id, now)
+		if stop := s.pushFailed(ctx, err, "task", localTaskPrefix+id); stop != nil {
+			return st, stop
+		}
+		if pushed {
+			st.tasks++
+		}
+	}
 	return st, nil
 }
 
@@ -169,12 +230,19 @@ func (s *Store) forget(drop func() bool) bool {
 func (s *Store) pendingCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.charges) + len(s.records) + len(s.releases) + len(s.forced)
+	return s.pendingLocked()
+}
+
+// pendingLocked counts what waits to be pushed; the caller holds mu.
+func (s *Store) pendingLocked() int {
+	return len(s.charges) + len(s.refunds) + len(s.records) + len(s.releases) + len(s.forced) +
+		len(s.acks) + len(s.tasks)
 }
 
 // compact swaps the local store for a fresh one holding only what is still pending, the keys
 // claimed locally and the forced-state mirror: what was pushed is forgotten, so memory does not
-// grow with every outage (the local store cannot delete a charge).
+// grow with every outage (the local store cannot delete a charge or a refund). The local queue
+// is not in it: Ack deletes its tasks.
 func (s *Store) compact() {
 	s.localMu.Lock()
 	defer s.localMu.Unlock()
@@ -191,6 +259,11 @@ func (s *Store) compact() {
 	for id := range s.charges {
 		if c, err := s.local.Charge(ctx, id); err == nil {
 			_ = fresh.SaveCharge(ctx, c)
+		}
+	}
+	for id := range s.refunds {
+		if r, err := s.local.Refund(ctx, id); err == nil {
+			_ = fresh.SaveRefund(ctx, r)
 		}
 	}
 	for key, r := range s.records {

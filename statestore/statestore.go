@@ -7,6 +7,10 @@
 // and goes up again. No request ever waits for a shared store known to be down, and a request
 // that meets the outage first loses nothing: its call is served locally.
 //
+// The queue is served the same way, from a local queue of its own while down (see queue.go): a
+// task queued during an outage is worked by this instance, or moved to the shared queue by the
+// re-sync, so nothing queued is lost to the outage or waits for it to end.
+//
 // What the shared store cannot do while down, the caller does alone: FleetBreakers and Leases
 // calls return ErrDown at once, and the breaker fleet keeps each instance's breakers local until
 // the store is up.
@@ -149,9 +153,16 @@ type Store struct {
 
 	// mu guards what is held locally and not yet in the shared store. Lock order: localMu, mu.
 	mu  sync.Mutex
-	seq uint64 // versions of pending charges and forced states: a newer local write is never forgotten by the push of an older one
+	seq uint64 // versions of pending charges, refunds and forced states: a newer local write is never forgotten by the push of an older one
 	// charges saved locally, by id, with the version of the local copy.
 	charges map[string]uint64
+	// refunds saved locally, by id, with the version of the local copy, as charges.
+	refunds map[string]uint64
+	// tasks are the tasks of the local queue not acknowledged yet, by their id there (without
+	// localTaskPrefix); acks are the ids of shared tasks acknowledged while the shared store was
+	// down, to be acknowledged there.
+	tasks map[string]localTask
+	acks  map[string]struct{}
 	// records completed locally, to be Completed on the shared store.
 	records map[string]pendingRecord
 	// claims are the keys this instance holds in flight, locally or on the shared store.
@@ -167,6 +178,15 @@ type Store struct {
 
 	// recent are the last answers stored in the shared store, for replays during an outage.
 	recent *recentAnswers
+
+	// queue is the local queue (queue.go). It is never swapped by a compaction, since its ids
+	// are in workers' hands; Ack keeps it small. Its calls are made holding mu, so that it and
+	// tasks always agree.
+	queue *memstore.Store
+	// takeMu makes a local Take and the re-sync's move of one local task to the shared queue
+	// exclusive, so that a task is never both handed out here and queued there. Lock order:
+	// takeMu, mu.
+	takeMu sync.Mutex
 }
 
 // pendingRecord is an idempotency record completed locally, to be pushed while it lives.
@@ -207,6 +227,10 @@ func New(primary Shared, o Options) *Store {
 		pushSoon: make(chan struct{}, 1),
 		local:    memstore.New(),
 		charges:  map[string]uint64{},
+		refunds:  map[string]uint64{},
+		tasks:    map[string]localTask{},
+		acks:     map[string]struct{}{},
+		queue:    memstore.New(),
 		records:  map[string]pendingRecord{},
 		claims:   map[string]claim{},
 		releases: map[string]time.Time{},
@@ -247,13 +271,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return fmt.Errorf("statestore: %w: %w", ErrDown, err)
 }
 
-// Close closes the shared store's client and the local store. Run is stopped by its context.
+// Close closes the shared store's client and the local stores. Run is stopped by its context.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.localMu.RLock()
 	local := s.local
 	s.localMu.RUnlock()
-	return errors.Join(s.primary.Close(), local.Close())
+	return errors.Join(s.primary.Close(), local.Close(), s.queue.Close())
 }
 
 // downErr is nil while up, and otherwise the error wrapping ErrDown that callers get.
@@ -391,7 +415,8 @@ func (s *Store) Run(ctx context.Context) {
 		}
 		outage := s.markUp()
 		s.o.Log.Info("state_store.up", "outage_ms", outage.Milliseconds(),
-			"pushed_charges", st.charges, "pushed_records", st.records, "pushed_forced", st.forced,
+			"pushed_charges", st.charges, "pushed_refunds", st.refunds, "pushed_records", st.records,
+			"pushed_forced", st.forced, "pushed_tasks", st.tasks, "pushed_acks", st.acks,
 			"still_pending", st.left)
 		report()
 	}

@@ -38,6 +38,7 @@ func newCharge(id string, status payrouter.ChargeStatus, created time.Time) *pay
 		GatewayReference: "D-778812",
 		Reference:        payrouter.AttemptReference(id, 2),
 		DeclineCode:      "do_not_honor",
+		Refunded:         500,
 		Attempts: []payrouter.Attempt{
 			{Gateway: "paywell", Outcome: payrouter.OutcomeTimeout, Duration: 3 * time.Second,
 				Reference: payrouter.AttemptReference(id, 1), Resolved: payrouter.TxNotFound},

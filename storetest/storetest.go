@@ -58,6 +58,18 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"breakers/forced states are copies", testForcedIsolation},
 		{"breakers/invalid", testForcedInvalid},
 
+		{"refunds/save and get", testRefundSaveAndGet},
+		{"refunds/not found", testRefundNotFound},
+		{"refunds/invalid", testRefundInvalid},
+
+		{"queue/empty", testQueueEmpty},
+		{"queue/enqueue, take and ack", testQueueEnqueueAndTake},
+		{"queue/handed out again after idle", testQueueHandedOutAgain},
+		{"queue/depth counts what is not acknowledged", testQueueDepth},
+		{"queue/max", testQueueMax},
+		{"queue/concurrent takes", testQueueConcurrentTakes},
+		{"queue/ack of an unknown id", testQueueAckUnknown},
+
 		{"ping", testPing},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,111 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// queued is one task of the queue with its delivery state.
+type queued struct {
+	task     payrouter.Task
+	handedAt time.Time // zero: never handed out
+}
+
+// SaveRefund creates or replaces the refund with r.ID, keeping a copy.
+func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if r == nil || r.ID == "" {
+		return errors.New("memstore: save refund: no refund id")
+	}
+	cp := *r
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	s.refunds[r.ID] = &cp
+	return nil
+}
+
+// Refund returns a copy of the refund with that id, or an error wrapping payrouter.ErrNotFound.
+func (s *Store) Refund(ctx context.Context, id string) (*payrouter.Refund, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	r, ok := s.refunds[id]
+	if !ok {
+		return nil, fmt.Errorf("refund %q: %w", id, payrouter.ErrNotFound)
+	}
+	cp := *r
+	return &cp, nil
+}
+
+// Enqueue adds a task. The queue lives in this process only: a restart loses what it holds,
+// which is why a fleet, or anyone who queues refunds, runs on Redis.
+func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
+	if err := s.usable(ctx); err != nil {
+		return "", err
+	}
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	s.queueSeq++
+	t.ID = fmt.Sprintf("%d-0", s.queueSeq)
+	t.Deliveries = 0
+	s.queue = append(s.queue, &queued{task: t})
+	return t.ID, nil
+}
+
+// Take hands out up to max tasks: those handed out more than idle ago and not acknowledged
+// first, then those never handed out, each in the order they were queued.
+func (s *Store) Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]payrouter.Task, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	var out []payrouter.Task
+	take := func(q *queued) {
+		q.handedAt = now
+		q.task.Deliveries++
+		out = append(out, q.task)
+	}
+	for _, q := range s.queue {
+		if len(out) < max && !q.handedAt.IsZero() && now.Sub(q.handedAt) >= idle {
+			take(q)
+		}
+	}
+	for _, q := range s.queue {
+		if len(out) < max && q.handedAt.IsZero() {
+			take(q)
+		}
+	}
+	return out, nil
+}
+
+// Ack removes the task with that id; an unknown id is no error (it was acknowledged already).
+func (s *Store) Ack(ctx context.Context, id string) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	s.queue = slices.DeleteFunc(s.queue, func(q *queued) bool { return q.task.ID == id })
+	return nil
+}
+
+// QueueDepth counts the tasks not acknowledged yet.
+func (s *Store) QueueDepth(ctx context.Context) (int64, error) {
+	if err := s.usable(ctx); err != nil {
+		return 0, err
+	}
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	return int64(len(s.queue)), nil
+}
