@@ -137,8 +137,19 @@ func (c *Config) Check() Report {
 			warn("%s: hedge needs a second gateway to hedge to; this route has one", label)
 		}
 		if rt.Hedge != nil {
-			// Said out loud so nobody counts on hedging that does not happen yet.
-			warn("%s: hedge is accepted but this version of payrouter does not hedge yet; charges try one gateway at a time", label)
+			// A call cut off by its timeout answers before the hedge would start: the hedge
+			// then never runs there.
+			if after, adaptive := rt.Hedge.Delay(); !adaptive {
+				for _, name := range rt.Members() {
+					if t := c.Gateways[name].TimeoutFor(string(payrouter.OpCharge)); t <= after {
+						warn("%s: hedge.after %s is not shorter than %s's charge timeout %s; a charge there ends before a hedge could start",
+							label, fmtDuration(after), name, fmtDuration(t))
+					}
+				}
+			}
+		}
+		if rt.Strategy == StrategySuccessRate && len(rt.Members()) < 2 {
+			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, StrategySuccessRate)
 		}
 	}
 	return r

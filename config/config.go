@@ -92,7 +92,10 @@ type Route struct {
 	Split    map[string]int `yaml:"split"`    // weighted first choice, the rest in listed order
 	// SplitOrder lists the keys of Split in the order the file gives them.
 	SplitOrder []string `yaml:"-"`
-	Hedge      *Hedge   `yaml:"hedge"`
+	Hedge      *Hedge   `yaml:"hedge"` // nil: no hedging
+	// Strategy orders the gateways: ordered (default: as listed, or split's weighted draw) or
+	// success_rate (the gateway approving the largest share of its recent authorizations first).
+	Strategy string `yaml:"strategy"`
 }
 
 // Match selects charges; fields combine with AND, a field's list with OR; empty matches all.
@@ -103,9 +106,13 @@ type Match struct {
 	MaxAmount int64    `yaml:"max_amount"` // 0: no upper bound
 }
 
-// Hedge starts a second gateway when the first is slower than After.
+// Hedge starts a second gateway when the first is slower than After. Both only authorize: the
+// first approval is kept (and captured when the charge asks it), every other one voided.
 type Hedge struct {
 	After string `yaml:"after"` // a duration ("800ms") or "p95"
+	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges:
+	// 0.1 lets at most one charge in ten be hedged. In (0, 1]; default 0.1.
+	Budget float64 `yaml:"budget"`
 }
 
 // Fallbacks chooses what each operation does when no gateway can take it.

@@ -45,6 +45,16 @@ const (
 // latency instead of a fixed delay.
 const HedgeP95 = "p95"
 
+// DefaultHedgeBudget is hedge.budget when the file leaves it out: hedges add at most 10% more
+// gateway calls than the route has charges.
+const DefaultHedgeBudget = 0.1
+
+// Route strategies (routes[].strategy).
+const (
+	StrategyOrdered     = "ordered"      // the listed order, or split's weighted first choice
+	StrategySuccessRate = "success_rate" // the gateway approving the most of its recent authorizations first
+)
+
 // ValidationError lists every problem of a configuration, one line each, naming the field path
 // (or the line, for problems found while reading the YAML). Callers print it and exit 2.
 type ValidationError struct {
@@ -168,6 +178,13 @@ func applyDefaults(c *Config, present map[string]bool) {
 	// smallest useful configuration needs no routing section.
 	if len(c.Routes) == 0 && len(c.GatewayNames) > 0 {
 		c.Routes = []Route{{Name: defaultRouteName, Gateways: slices.Clone(c.GatewayNames)}}
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		defString(&r.Strategy, StrategyOrdered)
+		if r.Hedge != nil && !present[fmt.Sprintf("routes[%d].hedge.budget", i)] {
+			r.Hedge.Budget = DefaultHedgeBudget
+		}
 	}
 
 	defString(&c.Fallbacks.Charge, FallbackFail)

@@ -115,7 +115,7 @@ gateways:
 			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
 		},
 		GatewayNames: []string{"b", "a"},
-		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}}},
+		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: StrategyOrdered}},
 		Fallbacks:    Fallbacks{Charge: FallbackFail, Refund: FallbackQueue, Status: FallbackDegrade},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -220,7 +220,7 @@ gateways:
   alpha: {kind: paywell, base_url: "http://127.0.0.1:2"}
 routes: []
 `)
-		want := []Route{{Name: "default", Gateways: []string{"zeta", "alpha"}}}
+		want := []Route{{Name: "default", Gateways: []string{"zeta", "alpha"}, Strategy: StrategyOrdered}}
 		if !reflect.DeepEqual(c.Routes, want) {
 			t.Errorf("routes = %+v, want %+v", c.Routes, want)
 		}

@@ -239,6 +239,13 @@ func (v *validator) routes() {
 			if d, err := time.ParseDuration(r.Hedge.After); r.Hedge.After != HedgeP95 && (err != nil || d <= 0) {
 				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %q", HedgeP95, r.Hedge.After)
 			}
+			// Written so that NaN, which compares false with everything, is refused too.
+			if b := r.Hedge.Budget; !(b > 0 && b <= 1) {
+				v.addf(p+".hedge.budget", "must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got %v", b)
+			}
+		}
+		if r.Strategy != StrategyOrdered && r.Strategy != StrategySuccessRate {
+			v.addf(p+".strategy", "must be %s or %s, got %q", StrategyOrdered, StrategySuccessRate, r.Strategy)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -136,6 +137,16 @@ func TestValidation(t *testing.T) {
 			[]string{`routes[1] (big-tickets): hedge.after: must be a positive duration ("800ms") or "p95", got "0s"`}},
 		{"hedge empty", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {}",
 			[]string{`routes[1] (big-tickets): hedge.after: must be a positive duration ("800ms") or "p95", got ""`}},
+		{"hedge budget zero", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: p95, budget: 0}",
+			[]string{"routes[1] (big-tickets): hedge.budget: must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got 0"}},
+		{"hedge budget above 1", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: 800ms, budget: 1.5}",
+			[]string{"routes[1] (big-tickets): hedge.budget: must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got 1.5"}},
+		{"hedge budget NaN", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: 800ms, budget: .nan}",
+			[]string{"routes[1] (big-tickets): hedge.budget: must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got NaN"}},
+		{"hedge budget not a number", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: 800ms, budget: lots}",
+			[]string{`line 29: routes[1].hedge.budget: want a number, got "lots"`}},
+		{"strategy unknown", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    strategy: fastest",
+			[]string{`routes[1] (big-tickets): strategy: must be ordered or success_rate, got "fastest"`}},
 
 		// Fallbacks.
 		{"fallbacks out of their sets", top, top + "fallbacks: {charge: queue, refund: degrade, status: queue}\n",
@@ -196,8 +207,28 @@ func TestValidationKindsNil(t *testing.T) {
 func TestValidHedges(t *testing.T) {
 	for _, after := range []string{"800ms", "p95", "1s"} {
 		c := mustParse(t, edit(t, baseYAML, "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: "+after+"}"))
-		if h := c.Routes[1].Hedge; h == nil || h.After != after {
-			t.Errorf("hedge.after %s: got %+v", after, h)
+		if h := c.Routes[1].Hedge; h == nil || h.After != after || h.Budget != DefaultHedgeBudget {
+			t.Errorf("hedge.after %s: got %+v, want budget %v by default", after, h, DefaultHedgeBudget)
+		}
+	}
+	for _, budget := range []float64{0.05, 1} {
+		c := mustParse(t, edit(t, baseYAML, "split: {paywell: 70, ding: 30}",
+			fmt.Sprintf("split: {paywell: 70, ding: 30}\n    hedge: {after: p95, budget: %v}", budget)))
+		if h := c.Routes[1].Hedge; h == nil || h.Budget != budget {
+			t.Errorf("hedge.budget %v: got %+v", budget, h)
+		}
+	}
+	if c := mustParse(t, baseYAML); c.Routes[1].Hedge != nil {
+		t.Errorf("a route without hedge got %+v", c.Routes[1].Hedge)
+	}
+}
+
+func TestValidStrategies(t *testing.T) {
+	c := mustParse(t, edit(t, baseYAML, "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    strategy: success_rate"))
+	want := []string{StrategyOrdered, StrategySuccessRate, StrategyOrdered} // absent: ordered
+	for i, r := range c.Routes {
+		if r.Strategy != want[i] {
+			t.Errorf("routes[%d].strategy = %q, want %q", i, r.Strategy, want[i])
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package fallback
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,3 +67,8 @@ func (u *Unavailable) RetryAfterSeconds() int {
 	s := int((u.RetryAfter + time.Second - 1) / time.Second)
 	return max(s, 1)
 }
+
+// ErrLater is what a queued task's handler returns when the task cannot be done now (its
+// gateway's breaker is open, the gateway does not answer, it is not due yet): the task stays in
+// the queue and is handed out again later.
+var ErrLater = errors.New("not done now: left in the queue for later")

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -117,4 +118,47 @@ func (s *server) listGateways(c echo.Context) error {
 		out = append(out, v)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"gateways": out})
+}
+
+// Limits of GET /admin/charges.
+const (
+	defaultChargesLimit = 100
+	maxChargesLimit     = 1000
+)
+
+// chargeStatuses are the statuses GET /admin/charges can list.
+var chargeStatuses = map[payrouter.ChargeStatus]bool{
+	payrouter.StatusSucceeded: true, payrouter.StatusRequiresCapture: true, payrouter.StatusProcessing: true,
+	payrouter.StatusDeclined: true, payrouter.StatusFailed: true, payrouter.StatusVoided: true,
+	payrouter.StatusRefunded: true,
+}
+
+// listCharges is GET /admin/charges?status=processing&limit=N: up to limit (default 100, at most
+// 1000) stored charges in that status, oldest first, as the storefront sees them. Ops use it to
+// watch the charges the reconciler has not settled yet.
+func (s *server) listCharges(c echo.Context) error {
+	status := payrouter.ChargeStatus(c.QueryParam("status"))
+	if !chargeStatuses[status] {
+		return writeProblem(c, invalid("the query is not valid; see errors", fieldError{Field: "status",
+			Message: "is required: succeeded, requires_capture, processing, declined, failed, voided or refunded"}))
+	}
+	limit := defaultChargesLimit
+	if q := c.QueryParam("limit"); q != "" {
+		n, err := strconv.Atoi(q)
+		if err != nil || n < 1 || n > maxChargesLimit {
+			return writeProblem(c, invalid("the query is not valid; see errors",
+				fieldError{Field: "limit", Message: "must be an integer from 1 to 1000"}))
+		}
+		limit = n
+	}
+	charges, err := s.Store.ChargesByStatus(c.Request().Context(), status, limit)
+	if err != nil {
+		s.Log.Error("admin.charges_failed", "status", status, "err", err)
+		return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not answer; try again"))
+	}
+	out := make([]chargeView, len(charges))
+	for i, ch := range charges {
+		out[i] = viewOf(ch)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"charges": out})
 }

@@ -31,8 +31,13 @@ type chargeView struct {
 	Gateway          string                 `json:"gateway,omitempty"`
 	GatewayReference string                 `json:"gateway_reference,omitempty"`
 	DeclineCode      string                 `json:"decline_code,omitempty"`
-	Attempts         []attemptView          `json:"attempts"`
-	CreatedAt        string                 `json:"created_at"`
+	// AmountRefunded is what the gateway gave back so far (queued refunds are not in it yet).
+	AmountRefunded int64         `json:"amount_refunded,omitempty"`
+	Attempts       []attemptView `json:"attempts"`
+	CreatedAt      string        `json:"created_at"`
+	// Stale is true when the charge is shown as last stored because its gateway could not be
+	// asked about it (fallbacks.status: degrade).
+	Stale bool `json:"stale,omitempty"`
 }
 
 // attemptView is one attempt as the API shows it.
@@ -41,6 +46,8 @@ type attemptView struct {
 	Outcome    payrouter.Outcome `json:"outcome"`
 	DurationMS int64             `json:"duration_ms"`
 	Resolved   payrouter.TxState `json:"resolved,omitempty"`
+	Hedge      bool              `json:"hedge,omitempty"`
+	Voided     bool              `json:"voided,omitempty"`
 }
 
 func attemptViews(list []payrouter.Attempt) []attemptView {
@@ -49,7 +56,8 @@ func attemptViews(list []payrouter.Attempt) []attemptView {
 	}
 	out := make([]attemptView, len(list))
 	for i, a := range list {
-		out[i] = attemptView{Gateway: a.Gateway, Outcome: a.Outcome, DurationMS: a.Duration.Milliseconds(), Resolved: a.Resolved}
+		out[i] = attemptView{Gateway: a.Gateway, Outcome: a.Outcome, DurationMS: a.Duration.Milliseconds(), Resolved: a.Resolved,
+			Hedge: a.Hedge, Voided: a.Voided}
 	}
 	return out
 }
@@ -59,7 +67,7 @@ func viewOf(ch *payrouter.Charge) chargeView {
 		ID: ch.ID, Status: ch.Status, Amount: ch.Amount, Currency: ch.Currency, Country: ch.Country,
 		CustomerID: ch.CustomerID, Description: ch.Description, Metadata: ch.Metadata,
 		Gateway: ch.Gateway, GatewayReference: ch.GatewayReference, DeclineCode: ch.DeclineCode,
-		Attempts: attemptViews(ch.Attempts), CreatedAt: ch.CreatedAt.UTC().Format(time.RFC3339),
+		AmountRefunded: ch.Refunded, Attempts: attemptViews(ch.Attempts), CreatedAt: ch.CreatedAt.UTC().Format(time.RFC3339),
 	}
 	if v.Attempts == nil {
 		v.Attempts = []attemptView{}
@@ -272,11 +280,18 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 	}
 }
 
-// getCharge is GET /charge/{id}.
+// getCharge is GET /charge/{id}: the charge's latest status, asked of its gateway while it is
+// processing; marked stale when the gateway could not be asked.
 func (s *server) getCharge(c echo.Context) error {
-	ch, err := s.Router.Get(c.Request().Context(), c.Param("id"))
+	ch, stale, err := s.Router.Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
+		var u *fallback.Unavailable
+		if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal {
+			s.Log.Error("charge.get_failed", "charge_id", c.Param("id"), "err", err)
+		}
 		return writeProblem(c, errorProblem(c, err))
 	}
-	return c.JSON(http.StatusOK, viewOf(ch))
+	v := viewOf(ch)
+	v.Stale = stale
+	return c.JSON(http.StatusOK, v)
 }

@@ -44,6 +44,7 @@ var problemTypes = map[payrouter.ErrorCode]struct {
 	payrouter.EDeclined:            {http.StatusPaymentRequired, "The card was declined"},
 	payrouter.ENotFound:            {http.StatusNotFound, "Not found"},
 	payrouter.EConflict:            {http.StatusConflict, "A request with this Idempotency-Key is still in flight"},
+	payrouter.EState:               {http.StatusConflict, "The charge's state does not allow this"},
 	payrouter.EMismatch:            {http.StatusUnprocessableEntity, "This Idempotency-Key was used with another request"},
 	payrouter.EGatewayError:        {http.StatusBadGateway, "The gateway refused the request"},
 	payrouter.EGatewaysUnavailable: {http.StatusServiceUnavailable, "No gateway can take this request now"},

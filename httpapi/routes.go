@@ -8,6 +8,10 @@ func (s *server) storefrontRoutes(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.POST("/charge", s.createCharge, s.requireAPIKey)
 	e.GET("/charge/:id", s.getCharge, s.requireAPIKey)
+	e.POST("/charge/:id/capture", s.captureCharge, s.requireAPIKey)
+	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey)
+	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey)
+	e.GET("/refund/:id", s.getRefund, s.requireAPIKey)
 }
 
 // adminRoutes lists every route of the admin listener.
@@ -18,4 +22,5 @@ func (s *server) adminRoutes(e *echo.Echo) {
 	admin.GET("/breakers", s.listBreakers)
 	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction)
 	admin.GET("/gateways", s.listGateways)
+	admin.GET("/charges", s.listCharges)
 }

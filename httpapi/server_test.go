@@ -27,6 +27,8 @@ type stack struct {
 	api, admin http.Handler
 	sims       map[string]*sim.Server
 	domains    *resilience.Domains
+	store      *memstore.Store
+	router     *routing.Router
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -56,6 +58,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
 		Gateways: adapters, Domains: st.domains, Charges: store, Budget: 2 * time.Second,
 		LeaveFinalSave: true, // as serve wires it: the final state goes with the idempotency answer
+		Refunds:        store, Queue: store, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +69,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
+	st.store, st.router = store, router
 	return st
 }
 

@@ -16,6 +16,10 @@ type Route struct {
 	Gateways []string
 	// Split, when set, picks the first gateway by weight; the rest follow in Gateways order.
 	Split []Weight
+	// Strategy reorders those gateways for each charge; "": Ordered (strategy.go).
+	Strategy Strategy
+	// Hedge, when set, sends a slow charge to the next gateway too (hedge.go); nil: never.
+	Hedge *Hedge
 }
 
 // Weight is one gateway's share of a route's first choices.

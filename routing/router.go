@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -24,7 +25,37 @@ type Router struct {
 	rnd      func(n int) int
 	// leaveFinalSave: Config.LeaveFinalSave.
 	leaveFinalSave bool
+	refunds        payrouter.RefundStore
+	queue          payrouter.Queue
+	refundFallback fallback.Policy
+	statusFallback fallback.Policy
+	obs            Observer
+	// stats is what recent charge attempts tell of each gateway (hedge delays, success_rate);
+	// hedgeBudgets the hedge token bucket of each hedged route, by name. hedge.go, strategy.go.
+	stats        map[string]*gatewayStats
+	hedgeBudgets map[string]*hedgeBudget
+	// late counts the attempts left running in the background when their charge answered.
+	late sync.WaitGroup
 }
+
+// Observer is told what the router decided beyond single gateway calls (the resilience Observer
+// sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
+type Observer interface {
+	// FallbackUsed: no gateway could take op, and policy answered.
+	FallbackUsed(op payrouter.Operation, policy fallback.Policy)
+	// HedgeDone: a hedged charge ended; result is won_primary, won_hedge or voided (once per
+	// voided approval).
+	HedgeDone(result string)
+	// ChargeReconciled: the reconciler found a processing charge final, took after its creation.
+	ChargeReconciled(status payrouter.ChargeStatus, took time.Duration)
+}
+
+// nopObserver is the Observer when Config gives none.
+type nopObserver struct{}
+
+func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
+func (nopObserver) HedgeDone(string)                                       {}
+func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
 
 // LeavesFinalSave reports whether the caller stores each charge's final state (Config.LeaveFinalSave).
 func (r *Router) LeavesFinalSave() bool { return r.leaveFinalSave }
@@ -45,6 +76,18 @@ type Config struct {
 	// gateway call, whatever this says. The caller must store the final state of every charge
 	// Charge returns with a nil error, and of an Unavailable with a ChargeID.
 	LeaveFinalSave bool
+	// Refunds keeps refunds; Queue keeps the money work done later: queued refunds, voids of
+	// approvals no charge keeps, rechecks of attempts that may be approved late.
+	Refunds payrouter.RefundStore
+	Queue   payrouter.Queue
+	// RefundFallback is fallbacks.refund: fallback.Queue (202 queued) or fallback.Fail (503).
+	// "": Queue.
+	RefundFallback fallback.Policy
+	// StatusFallback is fallbacks.status: fallback.Degrade (the last known status, stale) or
+	// fallback.Fail. "": Degrade.
+	StatusFallback fallback.Policy
+	// Observer is told about fallbacks, hedges and reconciled charges; nil: nobody.
+	Observer Observer
 }
 
 // New returns a Router. Every gateway named by a route must be in Gateways and Domains.
@@ -60,10 +103,23 @@ func New(cfg Config) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Router{
+	r := &Router{
 		routes: cfg.Routes, gateways: cfg.Gateways, domains: cfg.Domains, charges: cfg.Charges,
 		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, leaveFinalSave: cfg.LeaveFinalSave,
-	}, nil
+		refunds: cfg.Refunds, queue: cfg.Queue, refundFallback: cfg.RefundFallback,
+		statusFallback: cfg.StatusFallback, obs: cfg.Observer,
+	}
+	if r.refundFallback == "" {
+		r.refundFallback = fallback.Queue
+	}
+	if r.statusFallback == "" {
+		r.statusFallback = fallback.Degrade
+	}
+	if r.obs == nil {
+		r.obs = nopObserver{}
+	}
+	r.stats, r.hedgeBudgets = newStats(cfg.Gateways, cfg.Routes)
+	return r, nil
 }
 
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
@@ -77,7 +133,7 @@ func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []strin
 	}
 	for _, rt := range r.routes {
 		if rt.Match.Matches(c.Amount, c.Currency, c.Country) {
-			return rt.Name, rt.order(r.rnd), nil
+			return rt.Name, r.orderOf(rt), nil
 		}
 	}
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
@@ -103,6 +159,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
 	run := chargeRun{Router: r, c: c}
+	run.hedge, run.hedgeBudget = r.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
 		return nil, fmt.Errorf("storing charge %s before its first gateway call: %w", c.ID, run.storeErr)
@@ -134,17 +191,25 @@ type chargeRun struct {
 	c        *payrouter.Charge
 	stored   bool  // the charge is in the store: a gateway was about to be called
 	storeErr error // storing it failed, so no gateway was called
+	// hedge is the route's hedging policy, nil for none; hedgeBudget its token bucket.
+	hedge       *Hedge
+	hedgeBudget *hedgeBudget
 }
 
-// storeBeforeCall stores the charge as processing the first time a gateway is about to be called.
-func (run *chargeRun) storeBeforeCall(ctx context.Context) bool {
-	if !run.stored {
-		if err := run.charges.SaveCharge(ctx, run.c); err != nil {
-			run.storeErr = err
-			return false
-		}
-		run.stored = true
+// storeBeforeCall stores the charge as processing, naming the gateway and reference about to be
+// called, before each call: should this process die mid-call, the reconciler knows where to
+// look. A failover is the only path with a second save.
+func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) bool {
+	c := run.c
+	if run.stored && c.Gateway == gateway && c.Reference == ref {
+		return true
 	}
+	c.Gateway, c.Reference = gateway, ref
+	if err := run.charges.SaveCharge(ctx, c); err != nil {
+		run.storeErr = err
+		return false
+	}
+	run.stored = true
 	return true
 }
 
@@ -155,6 +220,12 @@ var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not s
 // attempt tries the candidates in order and leaves the charge's status set. It reports true when
 // no gateway took the charge and none may have: the charge's fallback answers.
 func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavailable bool) {
+	if run.hedge != nil && run.hedgeBudget != nil {
+		var done bool
+		if candidates, done = run.hedged(ctx, run.hedge, run.hedgeBudget, candidates); done {
+			return false
+		}
+	}
 	c := run.c
 	for _, name := range candidates {
 		gw := run.gateways[name]
@@ -165,7 +236,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
 		}
 		res, d := guard.Do(ctx, func(ctx context.Context) payrouter.Result {
-			if !run.storeBeforeCall(ctx) {
+			if !run.storeBeforeCall(ctx, name, ref) {
 				return notCalled
 			}
 			return gw.Authorize(ctx, req)
@@ -173,6 +244,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		if run.storeErr != nil {
 			return false
 		}
+		run.recordAttempt(name, res, d)
 		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
 		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
 			a.Reference = ref // the gateway was called with it
@@ -189,7 +261,11 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 			res = run.resolve(ctx, c, gw, name, ref)
 			c.Attempts[len(c.Attempts)-1].Resolved = res.State
 			if res.State == payrouter.TxNotFound {
-				continue // the gateway never had it: safe to try the next one
+				// The gateway never had it: safe to try the next one. A gateway may still
+				// process a request it got late, so the attempt is looked up again later and
+				// an approval found then is voided.
+				run.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.timeout(name, payrouter.OpCharge))
+				continue
 			}
 		}
 		switch res.Outcome {
@@ -199,7 +275,8 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		run.settle(c, name, ref, res)
 		return false
 	}
-	c.Status = payrouter.StatusFailed
+	// No gateway took it: the charge names none (storeBeforeCall named the last one called).
+	c.Status, c.Gateway, c.Reference, c.GatewayReference = payrouter.StatusFailed, "", "", ""
 	return true
 }
 
@@ -258,6 +335,12 @@ func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.
 	default: // pending, timeout, unknown: not known yet
 		c.Status = payrouter.StatusProcessing
 	}
+}
+
+// timeout is the configured timeout of one operation of a gateway.
+func (r *Router) timeout(gateway string, op payrouter.Operation) time.Duration {
+	s, _ := r.domains.Settings(gateway)
+	return s.TimeoutFor(op)
 }
 
 // openUntil is when the charge breaker of a gateway reopens (zero when not open by a trip).

@@ -30,6 +30,9 @@ type Metrics struct {
 	bulkheadRejections *prometheus.CounterVec
 	charges            *prometheus.CounterVec
 	fallbacks          *prometheus.CounterVec
+	hedges             *prometheus.CounterVec
+	queueDepth         *prometheus.GaugeVec
+	reconciled         *prometheus.HistogramVec
 	httpDuration       *prometheus.HistogramVec
 	stateStoreUp       prometheus.Gauge
 	probeUp            *prometheus.GaugeVec
@@ -86,6 +89,19 @@ func NewMetrics() *Metrics {
 			Name: "payrouter_fallbacks_total",
 			Help: "Operations answered by their fallback because no gateway could take them.",
 		}, []string{"operation", "fallback"}),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_hedges_total",
+			Help: "Hedged charges by result: won_primary, won_hedge (which attempt's approval was kept), voided (approvals voided because another won).",
+		}, []string{"result"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrouter_queue_depth",
+			Help: "Tasks waiting in the durable queue (queued refunds, voids, rechecks of late approvals), not acknowledged yet.",
+		}, []string{"queue"}),
+		reconciled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "payrouter_reconcile_duration_seconds",
+			Help:    "How long processing charges took to become final, from creation to the reconciler's answer, by final status.",
+			Buckets: []float64{1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}, []string{"status"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_http_request_duration_seconds",
 			Help:    "Duration of storefront API requests, by route and status code.",
@@ -110,11 +126,15 @@ func NewMetrics() *Metrics {
 		}, []string{"gateway"}),
 	}
 	m.stateStoreUp.Set(1)
+	for _, r := range []string{"won_primary", "won_hedge", "voided"} {
+		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
+	}
+	m.queueDepth.WithLabelValues(TaskQueue)
 	reg.MustRegister(m.stateStoreUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
-		m.charges, m.fallbacks, m.httpDuration,
+		m.charges, m.fallbacks, m.hedges, m.queueDepth, m.reconciled, m.httpDuration,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -206,6 +226,10 @@ func (m *Metrics) HTTPRequest(route string, code int, d time.Duration) {
 func (m *Metrics) StateStoreUp(up bool) {
 	if up {
 		m.stateStoreUp.Set(1)
+	for _, r := range []string{"won_primary", "won_hedge", "voided"} {
+		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
+	}
+	m.queueDepth.WithLabelValues(TaskQueue)
 	} else {
 		m.stateStoreUp.Set(0)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
+	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/memstore"
@@ -117,7 +118,23 @@ type app struct {
 	metrics *telemetry.Metrics
 	domains *resilience.Domains
 	router  *routing.Router
-	closers []func()
+	// worker drains the task queue and reconciler resolves processing charges; nil in `probe`.
+	worker     *fallback.Worker
+	reconciler *routing.Reconciler
+	closers    []func()
+}
+
+// workerIdle is how long a queued task handed to an instance waits before another may take it:
+// more than twice the longest task, two gateway calls (the worker bounds each task by half of it), so a
+// task is never worked twice at once, and no less than 10s.
+func workerIdle(cfg *config.Config) time.Duration {
+	idle := 10 * time.Second
+	for _, g := range cfg.Gateways {
+		for _, op := range payrouter.Operations {
+			idle = max(idle, 4*g.TimeoutFor(string(op))+time.Second)
+		}
+	}
+	return idle
 }
 
 // newApp wires the configuration into a running set of parts, without listening yet. role names
@@ -192,10 +209,22 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
+		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
+		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
 	})
 	if err != nil {
 		a.close()
 		return nil, &exitError{code: 2, err: err}
+	}
+	if role == "serve" {
+		// The money work done later: queued refunds, voids, rechecks of late approvals, and
+		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
+		// is handed to one at a time); one at a time reconciles, by lease.
+		a.worker = &fallback.Worker{
+			Queue: a.store, Consumer: a.origin, Handle: a.router.Work, Log: log, Depth: a.metrics.QueueDepth,
+			Idle: workerIdle(cfg),
+		}
+		a.reconciler = &routing.Reconciler{Router: a.router, Leases: leases, Holder: a.origin, Log: log}
 	}
 	return a, nil
 }
@@ -249,6 +278,10 @@ func (a *app) run(ctx context.Context) {
 		wg.Go(func() { a.fleet.Run(ctx) })
 	}
 	wg.Go(func() { a.prober.Run(ctx) })
+	if a.worker != nil {
+		wg.Go(func() { a.worker.Run(ctx) })
+		wg.Go(func() { a.reconciler.Run(ctx) })
+	}
 	wg.Wait()
 }
 
@@ -269,6 +302,11 @@ func routesOf(cfg *config.Config) []routing.Route {
 		}
 		for _, g := range r.SplitOrder {
 			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
+		}
+		rt.Strategy = routing.Strategy(r.Strategy)
+		if r.Hedge != nil {
+			after, p95 := r.Hedge.Delay()
+			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
 		}
 		out = append(out, rt)
 	}

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heavyTail is the simulated Paywell of the hedging benchmark: prompt, except that 2% of its API
+// calls (charges, captures and voids alike) take a second longer.
+const heavyTail = `{"mode":"normal","slow_share":0.02,"slow_latency":"1s"}`
+
+// TestBenchHedge measures what hedging buys against a heavy-tailed gateway, and what it costs:
+// two payrouters side by side, each on its own gatewaysim, with one route [paywell, ding] and
+// Paywell answering 2% of its calls a second late; one without hedging, one with
+// `hedge: {after: p95}` (budget 0.1). It reports their p50 and p99 and the gateway calls per
+// charge (every API call the simulators received, voids and captures included, over the
+// charges sent), for charges that capture (the default) and for authorize-only ones. After each
+// run it checks the hedged instance's money: in every simulator's ledger, no charge holds more
+// than one authorization or capture once the late voids are done.
+//
+// A hedged route must authorize and then capture, two calls where an unhedged charge makes one,
+// and the capture goes to the winning gateway unhedged: with a tail on every call, the capture's
+// own tail stays in the charge's. The authorize-only run shows the hedge on its own.
+func TestBenchHedge(t *testing.T) {
+	requireBench(t)
+	bins := buildBinaries(t)
+	plain := startRouteStack(t, bins, "plain", "")
+	hedged := startRouteStack(t, bins, "hedged", "    hedge: {after: p95, budget: 0.1}\n")
+	for _, s := range []*stack{plain, hedged} {
+		s.simControl(t, "paywell", http.MethodPut, "/_sim/behavior", heavyTail)
+	}
+
+	for _, sc := range []struct {
+		name string
+		body []byte
+	}{
+		{"capture", chargeBody},
+		{"authorize only", []byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"capture":false,"description":"bench"}`)},
+	} {
+		base, subject := plain.payrouterCharge(http.StatusCreated), hedged.payrouterCharge(http.StatusCreated)
+		base.Name, subject.Name = "no hedge", "hedge p95"
+		base.Body, subject.Body = sc.body, sc.body
+		tab := newTable(t.Output(), fmt.Sprintf("hedging (%s): route [paywell, ding], paywell answering 2%% of its calls 1s late; no hedge vs hedge {after: p95, budget: 0.1}", sc.name), false)
+		for _, workers := range hedgeConcurrencies {
+			callsBefore := [2]int{plain.allSimRequests(t), hedged.allSimRequests(t)}
+			hedgesBefore := len(hedged.ledger(t, "ding")) // ding is only ever called as a hedge
+			b, s := NewLoad(base, workers), NewLoad(subject, workers)
+			c := Alternate(t.Context(), b, s, warmUp, roundTime, pairs)
+			b.Close()
+			s.Close()
+			checkSamples(t, base, append(c.Base, c.WarmBase)...)
+			checkSamples(t, subject, append(c.Subject, c.WarmSubject)...)
+			tab.add(workers, base.Name, subject.Name, c)
+			tab.flush()
+
+			// Late answers are voided in the background: the ledgers settle, then are counted.
+			hedged.waitMoneySettled(t)
+			charges := [2]int{Merge(append(c.Base, c.WarmBase)...).Requests, Merge(append(c.Subject, c.WarmSubject)...).Requests}
+			calls := [2]int{plain.allSimRequests(t) - callsBefore[0], hedged.allSimRequests(t) - callsBefore[1]}
+			perCharge := [2]float64{float64(calls[0]) / float64(charges[0]), float64(calls[1]) / float64(charges[1])}
+			hedges := float64(len(hedged.ledger(t, "ding"))-hedgesBefore) / float64(charges[1])
+			bm, sm := Merge(c.Base...), Merge(c.Subject...)
+			t.Logf("hedging (%s), %d workers: p99 %s -> %s (%.2fx), p50 %s -> %s (%.2fx); gateway calls per charge %.3f -> %.3f (%.2fx), hedges per charge %.3f",
+				sc.name, workers, formatDuration(bm.Quantile(0.99)), formatDuration(sm.Quantile(0.99)), ratio(sm.Quantile(0.99), bm.Quantile(0.99)),
+				formatDuration(bm.Quantile(0.50)), formatDuration(sm.Quantile(0.50)), ratio(sm.Quantile(0.50), bm.Quantile(0.50)),
+				perCharge[0], perCharge[1], perCharge[1]/perCharge[0], hedges)
+		}
+		fmt.Fprintln(t.Output())
+	}
+}
+
+// hedgeConcurrencies are the worker counts of the hedging benchmark: sixteen only. One closed-loop
+// worker spends most of a round inside the slow calls and so sees only a handful of them, too few
+// for a p99; sixteen see a hundred or more per round.
+var hedgeConcurrencies = []int{16}
+
+// startRouteStack starts a gatewaysim of its own and a payrouter on it whose single route is
+// [paywell, ding], with routeExtra (YAML lines of that route, such as a hedge) added.
+func startRouteStack(t *testing.T, bins binaries, name, routeExtra string) *stack {
+	t.Helper()
+	s := &stack{bins: bins, sims: map[string]string{}}
+	addrs := freeAddrs(t, len(gatewayNames))
+	for i, g := range gatewayNames {
+		s.sims[g] = addrs[i]
+	}
+	sim := startProcess(t, name+"-gatewaysim", bins.gatewaysim,
+		"-paywell", s.sims["paywell"], "-ding", s.sims["ding"], "-tranglo", s.sims["tranglo"])
+	for _, g := range gatewayNames {
+		sim.waitHealthy(t, "http://"+s.sims[g]+"/health")
+	}
+	addrs = freeAddrs(t, 2)
+	in := &instance{api: addrs[0], admin: addrs[1]}
+	cfg := benchConfig(in, s.sims, instanceOptions{route: []string{"paywell", "ding"}}) + routeExtra
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.payrouter = startProcess(t, name, bins.payrouter, "serve", "-config", path)
+	in.payrouter.waitHealthy(t, "http://"+in.api+"/healthz")
+	in.payrouter.waitHealthy(t, "http://"+in.admin+"/healthz")
+	s.instance = in
+	return s
+}
+
+// allSimRequests is the API calls every simulated gateway of s has received.
+func (s *stack) allSimRequests(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, g := range gatewayNames {
+		n += s.simRequests(t, g)
+	}
+	return n
+}
+
+// ledgerEntry is one transaction of GET /_sim/ledger.
+type ledgerEntry struct {
+	Reference string `json:"reference"`
+	Status    string `json:"status"`
+}
+
+// ledger is the transactions of the simulated gateway name.
+func (s *stack) ledger(t *testing.T, name string) []ledgerEntry {
+	t.Helper()
+	resp, err := adminClient.Get("http://" + s.sims[name] + "/_sim/ledger")
+	if err != nil {
+		t.Fatalf("%s ledger: %v", name, err)
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Transactions []ledgerEntry `json:"transactions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		t.Fatalf("%s ledger: %v", name, err)
+	}
+	return l.Transactions
+}
+
+// moneyProblems lists the charges that hold money at more than one transaction (authorized or
+// captured, across the gateways) or are captured more than once.
+func (s *stack) moneyProblems(t *testing.T) []string {
+	t.Helper()
+	held, captured := map[string][]string{}, map[string]int{}
+	for _, g := range gatewayNames {
+		for _, tx := range s.ledger(t, g) {
+			charge := tx.Reference
+			if i := strings.LastIndex(charge, "-a"); i > 0 {
+				charge = charge[:i]
+			}
+			switch tx.Status {
+			case "captured":
+				captured[charge]++
+				held[charge] = append(held[charge], g+" "+tx.Reference+" "+tx.Status)
+			case "authorized", "partially_refunded":
+				held[charge] = append(held[charge], g+" "+tx.Reference+" "+tx.Status)
+			}
+		}
+	}
+	var out []string
+	for charge, txs := range held {
+		if len(txs) > 1 || captured[charge] > 1 {
+			out = append(out, charge+": "+strings.Join(txs, ", "))
+		}
+	}
+	return out
+}
+
+// waitMoneySettled waits until no charge of s holds money twice (the voids of late approvals
+// are done) and fails the test if that takes longer than 10 s: a charge captured twice, or an
+// approval nobody voids, is the one thing hedging must never cause.
+func (s *stack) waitMoneySettled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		problems := s.moneyProblems(t)
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			var b bytes.Buffer
+			for _, p := range problems[:min(len(problems), 10)] {
+				b.WriteString("\n  " + p)
+			}
+			t.Fatalf("%d charges hold money at more than one transaction 10 s after the load:%s", len(problems), b.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,609 @@
+package routing
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
+// for a charge has not answered after a delay, the charge is also sent to the next gateway of
+// the route. Two gateways means two possible charges, so on a hedged route the first two
+// gateway calls authorize only; the first approval is kept (and captured when the charge asks
+// for capture) and every other approval is voided.
+type Hedge struct {
+	// After is the delay after which the hedge starts; unused with P95.
+	After time.Duration
+	// P95 hedges at the 95th percentile of the first gateway's recent charge-attempt latencies
+	// (the last latencyWindow of them); with fewer than minLatencySamples, no hedge.
+	P95 bool
+	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges,
+	// in (0, 1]; 0: DefaultHedgeBudget.
+	Budget float64
+}
+
+// DefaultHedgeBudget is Hedge.Budget when none is given: one charge in ten may be hedged.
+const DefaultHedgeBudget = 0.1
+
+const (
+	// hedgeBurst is the most hedges a route may save up while it needs none: after a quiet
+	// spell, a burst of slow answers is hedged for this many charges, then at Budget's rate.
+	hedgeBurst = 10
+	// latencyWindow is how many recent charge-attempt latencies of a gateway its p95 is taken
+	// from, and minLatencySamples how many it needs before a p95 means anything.
+	latencyWindow     = 100
+	minLatencySamples = 20
+)
+
+// hedgeBudget is a route's token bucket: each charge adds its Budget, a hedge spends one.
+type hedgeBudget struct {
+	mu     sync.Mutex
+	share  float64
+	tokens float64
+}
+
+// charge adds one charge's share.
+func (b *hedgeBudget) charge() {
+	b.mu.Lock()
+	b.tokens = min(b.tokens+b.share, hedgeBurst)
+	b.mu.Unlock()
+}
+
+// has reports whether a hedge could be paid for now.
+func (b *hedgeBudget) has() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tokens >= 1
+}
+
+// take spends one hedge, if there is one to spend.
+func (b *hedgeBudget) take() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// giveBack returns a hedge that made no gateway call (its guard refused it).
+func (b *hedgeBudget) giveBack() {
+	b.mu.Lock()
+	b.tokens = min(b.tokens+1, hedgeBurst)
+	b.mu.Unlock()
+}
+
+// latencies keeps a gateway's most recent charge-attempt durations.
+type latencies struct {
+	mu   sync.Mutex
+	ring [latencyWindow]time.Duration
+	n    int // how many of ring are filled
+	next int // where the next one goes
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.ring[l.next] = d
+	l.next = (l.next + 1) % latencyWindow
+	l.n = min(l.n+1, latencyWindow)
+	l.mu.Unlock()
+}
+
+// p95 is the 95th percentile (nearest rank) of the recent durations; false with fewer than
+// minLatencySamples of them.
+func (l *latencies) p95() (time.Duration, bool) {
+	l.mu.Lock()
+	if l.n < minLatencySamples {
+		l.mu.Unlock()
+		return 0, false
+	}
+	ds := slices.Clone(l.ring[:l.n])
+	l.mu.Unlock()
+	slices.Sort(ds)
+	rank := (95*len(ds) + 99) / 100 // ceil(0.95 n)
+	return ds[rank-1], true
+}
+
+// recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
+// (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
+// decline). Failures say nothing about card approvals: they are the breaker's business.
+func (r *Router) recordAttempt(gateway string, res payrouter.Result, d time.Duration) {
+	st := r.stats[gateway]
+	if st == nil {
+		return
+	}
+	switch res.Outcome {
+	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
+		return
+	case payrouter.OutcomeError:
+		if res.Detail == notCalled.Detail {
+			return
+		}
+	case payrouter.OutcomeSucceeded:
+		st.approvals.add(r.now(), true)
+	case payrouter.OutcomeDeclined:
+		st.approvals.add(r.now(), false)
+	}
+	st.latency.add(d)
+}
+
+// hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
+// without enough samples yet).
+func (r *Router) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
+	if !h.P95 {
+		return h.After, h.After > 0
+	}
+	if st := r.stats[gateway]; st != nil {
+		return st.latency.p95()
+	}
+	return 0, false
+}
+
+// hedgeOf returns the hedging policy and budget of the route a charge matched, or nil.
+func (r *Router) hedgeOf(route string) (*Hedge, *hedgeBudget) {
+	if route == "" {
+		return nil, nil // pinned to one gateway: nothing to hedge to
+	}
+	for i := range r.routes {
+		if r.routes[i].Name == route {
+			return r.routes[i].Hedge, r.hedgeBudgets[route]
+		}
+	}
+	return nil, nil
+}
+
+// flight is one authorize-only attempt of a hedged charge, on its own goroutine.
+type flight struct {
+	name  string
+	gw    payrouter.Gateway
+	ref   string
+	index int // its Attempt in the charge
+	hedge bool
+	start time.Time
+	// rechecked: a recheck of this flight is queued already (a primary, when its hedge started).
+	rechecked bool
+}
+
+// flightAnswer is what a flight came to: the gateway's answer, resolved by a status look-up when
+// it may have processed the charge and the charge was still waiting for it.
+type flightAnswer struct {
+	f        *flight
+	own      payrouter.Outcome // the gateway's answer to the call itself
+	res      payrouter.Result  // that answer, or what a status look-up made of it
+	d        time.Duration
+	resolved payrouter.TxState // what a status look-up found; "" when none was made
+}
+
+// called reports whether the gateway was asked (not refused by its breaker or bulkhead, nor
+// abandoned because the charge could not be stored).
+func (a flightAnswer) called() bool {
+	switch a.res.Outcome {
+	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
+		return false
+	case payrouter.OutcomeError:
+		return a.res.Detail != notCalled.Detail
+	}
+	return true
+}
+
+// hedgedRun is a charge on a hedged route while its authorize-only attempts run.
+type hedgedRun struct {
+	*chargeRun
+	// answers gets every flight's answer; it has room for all of them, so that a flight whose
+	// answer nobody waits for any more never blocks.
+	answers chan flightAnswer
+	// decided is set once the charge's answer is known: later answers are left to the
+	// background (finishLate) and queued rechecks, not resolved by a status look-up.
+	decided atomic.Bool
+	// storeMu orders the flights' storing of the charge before their first gateway call.
+	storeMu sync.Mutex
+	// deadline is the budget's end: flights outlive the charge's answer but not the budget.
+	deadline time.Time
+}
+
+// hedged runs the first gateways of a charge on a hedged route (DESIGN.md, Hedging, safely).
+// The first gateway called authorizes only; if it has not answered after the hedge delay and the
+// route's budget allows, the next gateway whose guard admits it is called too, authorize-only.
+// The rules, all about money:
+//   - The first approval wins: it is captured (when the charge asks for capture) and only a
+//     confirmed capture answers succeeded; a failed capture leaves the charge processing for
+//     the reconciler. Every other approval is voided at once, or queued (TaskVoid) until it is.
+//   - An attempt still running when the winner is known does not hold the answer up: it ends
+//     in the background, bounded by its gateway's timeout and the budget, a TaskRecheck is
+//     queued at once so that a crash cannot leave its approval in place, and an approval it
+//     brings is voided as soon as it comes.
+//   - A decline (or a refusal of our request) ends the charge only once the other attempt has
+//     answered too: an approval there wins. An attempt whose outcome stays unknown (a failed
+//     status look-up, pending) next to a decline leaves the charge declined, and the unknown
+//     attempt gets a TaskRecheck, which voids an approval found later.
+//   - An unknown attempt with no other answer leaves the charge processing: nothing goes to a
+//     third gateway while one may have charged.
+//   - When neither was processed, the rest of the candidates are returned for ordinary failover.
+//
+// A route's hedging applies only when a hedge could happen at all (a delay is known, the budget
+// holds one, a second candidate exists); otherwise the charge runs the ordinary way, capture in
+// one call. hedged reports done when the charge is decided (or could not be stored); otherwise
+// rest is what is left to try.
+func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
+	budget.charge()
+	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates))}
+	if deadline, ok := ctx.Deadline(); ok {
+		h.deadline = deadline
+	} else {
+		h.deadline = run.now().Add(run.budget)
+	}
+
+	var (
+		live        []*flight      // started, not answered
+		answered    []flightAnswer // in the order they came
+		hedgeCalled bool           // a hedge was started (and not refused)
+		timer       *time.Timer
+		timerC      <-chan time.Time
+	)
+	stopTimer := func() {
+		if timer != nil {
+			timer.Stop()
+			timer, timerC = nil, nil
+		}
+	}
+	defer stopTimer()
+	next := 0
+	// startHedge starts the next candidate as a hedge of the live primary, if the budget pays.
+	startHedge := func() {
+		if next >= len(candidates) || !budget.take() {
+			return
+		}
+		for _, f := range live {
+			if !f.hedge && !f.rechecked {
+				h.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.now()))
+				f.rechecked = true
+			}
+		}
+		live = append(live, h.launch(ctx, candidates[next], true))
+		next++
+	}
+
+	for {
+		if len(live) == 0 {
+			if h.storeFailed() {
+				return nil, true
+			}
+			if h.decide(ctx, answered, nil, hedgeCalled) {
+				return nil, true
+			}
+			// Nothing was processed anywhere. Before any hedge, the next candidate is the first
+			// gateway of a hedged charge again; after one, ordinary failover goes on.
+			if hedgeCalled || len(candidates)-next < 2 || !budget.has() {
+				return candidates[next:], false
+			}
+			delay, ok := run.hedgeDelay(policy, candidates[next])
+			if !ok {
+				return candidates[next:], false
+			}
+			live = append(live, h.launch(ctx, candidates[next], false))
+			next++
+			timer = time.NewTimer(delay)
+			timerC = timer.C
+		}
+
+		select {
+		case <-timerC:
+			timer, timerC = nil, nil
+			startHedge()
+		case a := <-h.answers:
+			live = slices.DeleteFunc(live, func(f *flight) bool { return f == a.f })
+			h.record(a)
+			if a.f.hedge && !a.called() && !h.storeFailed() {
+				budget.giveBack()
+				if len(live) > 0 {
+					startHedge() // the next candidate whose guard admits it
+				}
+			} else if a.f.hedge {
+				hedgeCalled = true
+			}
+			answered = append(answered, a)
+			if len(live) == 0 {
+				stopTimer()
+			}
+			if a.res.Outcome == payrouter.OutcomeSucceeded {
+				h.decide(ctx, answered, live, hedgeCalled || hasHedge(live))
+				return nil, true
+			}
+		}
+	}
+}
+
+// hasHedge reports whether one of the flights is a hedge.
+func hasHedge(fs []*flight) bool {
+	return slices.ContainsFunc(fs, func(f *flight) bool { return f.hedge })
+}
+
+// launch starts one authorize-only attempt at gateway name on its own goroutine. The attempt is
+// not cancelled when the charge answers: its context ends at the budget's deadline, and the
+// guard bounds the call by the gateway's timeout, so the goroutine always ends.
+func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight {
+	c := h.c
+	ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
+	// What is stored before the first call: the charge as it stands, without this attempt (as
+	// the ordinary path stores it). A copy, because this goroutine goes on changing c.
+	snapshot := *c
+	snapshot.Attempts = slices.Clone(c.Attempts)
+	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
+	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
+	f := &flight{name: name, gw: h.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.now()}
+
+	req := payrouter.ChargeRequest{
+		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
+		Capture: false, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
+	}
+	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
+	guard := h.domains.Guard(name, payrouter.OpCharge)
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
+	go func() {
+		defer cancel()
+		res, d := guard.Do(callCtx, func(ctx context.Context) payrouter.Result {
+			if !h.storeBeforeCall(ctx, &snapshot) {
+				return notCalled
+			}
+			return f.gw.Authorize(ctx, req)
+		})
+		h.recordAttempt(name, res, d)
+		a := flightAnswer{f: f, own: res.Outcome, res: res, d: d}
+		if res.Outcome.MayHaveProcessed() && !h.decided.Load() {
+			a.res = h.resolve(callCtx, &look, f.gw, name, ref)
+			a.resolved = a.res.State
+		}
+		h.answers <- a
+	}()
+	return f
+}
+
+// storeBeforeCall stores the charge as processing before each flight's gateway call, naming that
+// flight's gateway and reference: with a hedge, the hedge's. The primary it hedges has a
+// recheck queued when the hedge starts (startHedge), so should this process die with both in
+// flight, the reconciler settles the charge on the hedge and the recheck voids the primary's
+// approval; when the charge ends on the primary, the recheck finds the attempt kept and does
+// nothing.
+func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Charge) bool {
+	h.storeMu.Lock()
+	defer h.storeMu.Unlock()
+	if h.storeErr != nil {
+		return false
+	}
+	if err := h.charges.SaveCharge(ctx, snapshot); err != nil {
+		h.storeErr = err
+		return false
+	}
+	if !h.stored {
+		// Written once, by the first flight, before its answer is sent to the charge's
+		// goroutine, which reads it: a late flight's save must not write it again.
+		h.stored = true
+	}
+	return true
+}
+
+// storeFailed reports whether storing the charge failed, so that no gateway was called.
+func (h *hedgedRun) storeFailed() bool {
+	h.storeMu.Lock()
+	defer h.storeMu.Unlock()
+	return h.storeErr != nil
+}
+
+// record writes a flight's answer into its attempt.
+func (h *hedgedRun) record(a flightAnswer) {
+	at := &h.c.Attempts[a.f.index]
+	at.Outcome, at.Duration, at.Resolved = a.own, a.d, a.resolved
+	if a.called() {
+		at.Reference = a.f.ref
+		if a.res.Outcome != payrouter.OutcomeSucceeded {
+			h.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
+				"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "detail", a.res.Detail)
+		}
+	}
+	if a.resolved == payrouter.TxNotFound {
+		// Never received: a gateway may still process it late, so it is looked up again.
+		h.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.timeout(a.f.name, payrouter.OpCharge))
+	}
+}
+
+// answerKind sorts a flight's answer for deciding its charge.
+type answerKind int
+
+const (
+	notProcessed answerKind = iota // unavailable, refused, or looked up and not found
+	approval
+	refusal // declined, or our request refused as malformed: no charge, and none to come
+	maybe   // pending or unknown: it may still be approved
+)
+
+// kindOf is the answerKind of a (after its status look-up, if one was made).
+func kindOf(a flightAnswer) answerKind {
+	switch {
+	case a.res.Outcome == payrouter.OutcomeSucceeded:
+		return approval
+	case a.res.Outcome.NotSent():
+		return notProcessed
+	case a.res.Outcome == payrouter.OutcomeDeclined || a.res.Outcome == payrouter.OutcomeError:
+		return refusal
+	}
+	return maybe
+}
+
+// decide settles the charge from its answers once an approval came or nothing is running any
+// more (live then is empty). It reports false when nothing was processed anywhere: the caller
+// goes on.
+func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []*flight, hedged bool) bool {
+	var win, stop, unsure *flightAnswer
+	for i := range answered {
+		a := &answered[i]
+		switch kindOf(*a) {
+		case approval:
+			if win == nil {
+				win = a
+			}
+		case refusal:
+			if stop == nil {
+				stop = a
+			}
+		case maybe:
+			if unsure == nil {
+				unsure = a
+			}
+		}
+	}
+	if win == nil && stop == nil && unsure == nil {
+		return false
+	}
+	h.decided.Store(true)
+
+	// Every attempt that may yet be approved and is not the charge's is released: looked up
+	// later, voided when found approved.
+	keep := win
+	switch {
+	case keep == nil && stop != nil:
+		keep = stop
+	case keep == nil:
+		keep = unsure
+	}
+	for i := range answered {
+		if a := &answered[i]; a != keep && kindOf(*a) == maybe && !a.f.rechecked {
+			h.releaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
+		}
+	}
+	if len(live) > 0 {
+		h.abandon(ctx, live)
+	}
+
+	if win == nil {
+		h.settle(h.c, keep.f.name, keep.f.ref, keep.res)
+		return true
+	}
+	h.settle(h.c, win.f.name, win.f.ref, win.res)
+	if hedged {
+		result := "won_primary"
+		if win.f.hedge {
+			result = "won_hedge"
+		}
+		h.obs.HedgeDone(result)
+	}
+	h.completeWinner(ctx, win)
+	return true
+}
+
+// completeWinner captures the winning authorization when the charge asks for capture. Only a
+// confirmed capture makes the charge succeeded: anything else leaves it processing, and the
+// reconciler, finding it authorized with capture wanted, captures it.
+func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
+	c := h.c
+	if !c.Capture {
+		c.Status = payrouter.StatusRequiresCapture
+		return
+	}
+	if win.res.State == payrouter.TxCaptured {
+		c.Status = payrouter.StatusSucceeded // the gateway captured it already
+		return
+	}
+	req := payrouter.TxRequest{
+		Reference: win.f.ref + "-capture", ChargeReference: win.f.ref, GatewayReference: win.res.GatewayReference,
+		Amount: c.Amount, Currency: c.Currency,
+	}
+	res, _ := h.domains.Guard(win.f.name, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return win.f.gw.Capture(ctx, req)
+	})
+	if res.Outcome == payrouter.OutcomeSucceeded {
+		c.Status = payrouter.StatusSucceeded
+		return
+	}
+	c.Status = payrouter.StatusProcessing
+	h.log.Warn("charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
+		"detail", res.Detail, "then", "processing: the reconciler captures the authorization")
+}
+
+// abandon lets attempts still running when the charge is decided end in the background. Each
+// is rechecked later from the queue (so that a crash of this process cannot leave an approval
+// in place), and an approval it brings when it ends is voided at once.
+func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
+	c := h.c
+	// The background keeps only what it needs: c belongs to the caller once Charge returns.
+	keep := &payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
+	for _, f := range live {
+		c.Attempts[f.index].Outcome = payrouter.OutcomeUnknown // not known when the charge answered
+		c.Attempts[f.index].Reference = f.ref
+		if !f.rechecked {
+			left := max(f.start.Add(h.timeout(f.name, payrouter.OpCharge)).Sub(h.now()), 0)
+			h.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
+		}
+	}
+	answers, router, n := h.answers, h.Router, len(live)
+	router.late.Go(func() {
+		for range n {
+			a := <-answers // every flight answers by its deadline
+			router.finishLate(keep, a)
+		}
+	})
+}
+
+// finishLate handles the answer of an attempt that ended after its charge was decided: an
+// approval is voided at once (or queued until it is), and the stored charge shows how it ended.
+func (r *Router) finishLate(c *payrouter.Charge, a flightAnswer) {
+	voided := false
+	if a.res.Outcome == payrouter.OutcomeSucceeded {
+		voided = r.voidApproval(c, a.f, a.res.GatewayReference)
+	}
+	r.log.Info("charge.late_answer", "charge_id", c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
+		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.noteLateAnswer(ctx, c.ID, a, voided); err != nil {
+		r.log.Warn("charge.store_failed", "charge_id", c.ID, "err", err)
+	}
+}
+
+// voidApproval voids an approval no charge keeps, through the gateway's void guard; a void that
+// fails is queued (TaskVoid) and retried until it is done. It reports whether it is voided now.
+func (r *Router) voidApproval(c *payrouter.Charge, f *flight, gwRef string) bool {
+	r.obs.HedgeDone("voided")
+	req := payrouter.TxRequest{
+		Reference: f.ref + "-void", ChargeReference: f.ref, GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout(f.name, payrouter.OpVoid))
+	defer cancel()
+	res, _ := r.domains.Guard(f.name, payrouter.OpVoid).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return f.gw.Void(ctx, req)
+	})
+	if res.Outcome == payrouter.OutcomeSucceeded {
+		return true
+	}
+	r.log.Warn("charge.void_failed", "charge_id", c.ID, "gateway", f.name, "reference", f.ref, "outcome", res.Outcome,
+		"detail", res.Detail, "then", "queued")
+	r.releaseLater(ctx, payrouter.TaskVoid, c, f.name, f.ref, gwRef, 0)
+	return false
+}
+
+// noteLateAnswer writes how a late attempt ended into its stored charge, once the charge's
+// answer is stored: a charge still stored as processing is about to be written whole with its
+// answer, which a write from here must not undo (the attempt then stays as the answer showed it,
+// unknown, and the money is right either way).
+func (r *Router) noteLateAnswer(ctx context.Context, chargeID string, a flightAnswer, voided bool) error {
+	c, err := r.charges.Charge(ctx, chargeID)
+	if err != nil {
+		return err
+	}
+	if c.Status == payrouter.StatusProcessing {
+		return nil
+	}
+	for i := range c.Attempts {
+		at := &c.Attempts[i]
+		if at.Gateway == a.f.name && at.Reference == a.f.ref {
+			at.Outcome, at.Duration, at.Voided = a.own, a.d, at.Voided || voided
+			c.UpdatedAt = r.now().UTC()
+			return r.charges.SaveCharge(ctx, c)
+		}
+	}
+	return nil
+}

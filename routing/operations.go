@@ -1,0 +1,618 @@
+package routing
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
+)
+
+// The operations on a charge after it was answered: capture, void, refund, and the look-ups of
+// charges whose outcome is not known yet. Each goes through its own failure domain
+// "<gateway>/<operation>" at the gateway that holds the charge: there is no failover, the money is
+// there. Every operation sends a reference derived from the charge (or the refund's own id), so a
+// repeat after a lost answer is applied once by the gateway.
+
+// storeTimeout bounds the store writes made after a gateway answered: what the gateway did is
+// stored even when the request's budget is spent.
+const storeTimeout = 2 * time.Second
+
+// chargeLocks serialise, within this process, the read-modify-write of one charge and its refunds
+// after a gateway answered (never around a gateway call): a refund worker and an API request
+// completing two refunds of one charge at once must both count. Stores write charges whole and
+// offer no compare-and-set, so instances of a fleet can still race; the gateway, which refuses to
+// refund more than was captured, stays the safety net for the money itself.
+var (
+	chargeLocks    [64]sync.Mutex
+	chargeLockSeed = maphash.MakeSeed()
+)
+
+// lockCharge locks the charge id's stripe and returns its unlock.
+func lockCharge(id string) func() {
+	m := &chargeLocks[maphash.String(chargeLockSeed, id)%uint64(len(chargeLocks))]
+	m.Lock()
+	return m.Unlock
+}
+
+// bounded is the request's budget, cut loose from the caller: a client that goes away does not cut
+// a gateway call short (it would become an unknown outcome).
+func (r *Router) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.budget)
+}
+
+// storeCtx is the context of a store write made after a gateway answered.
+func storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+}
+
+// gatewayOf returns the adapter of the gateway that holds the charge.
+func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
+	gw := r.gateways[c.Gateway]
+	if gw == nil || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+		return nil, fmt.Errorf("charge %s is held by gateway %q, which is not configured", c.ID, c.Gateway)
+	}
+	return gw, nil
+}
+
+// unavailable is the Fail fallback of op on a charge: the one attempt made, and when to come back
+// (the op's breaker at that gateway).
+func (r *Router) unavailable(op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
+	r.obs.FallbackUsed(op, fallback.Fail)
+	reopens := func(gateway string) time.Time {
+		if b := r.domains.Breaker(gateway, op); b != nil {
+			return b.OpenUntil()
+		}
+		return time.Time{}
+	}
+	return fallback.NewUnavailable(op, c.ID, []payrouter.Attempt{a}, reopens, r.now())
+}
+
+// attemptOf records one call of an operation; the reference only when the gateway was called.
+func attemptOf(gateway, ref string, res payrouter.Result, d time.Duration) payrouter.Attempt {
+	a := payrouter.Attempt{Gateway: gateway, Outcome: res.Outcome, Duration: d}
+	if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
+		a.Reference = ref
+	}
+	return a
+}
+
+// lookUp asks the charge's gateway what it knows of the charge's transaction.
+func (r *Router) lookUp(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway) (payrouter.Result, time.Duration) {
+	req := payrouter.TxRequest{
+		Reference: c.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
+		Amount: c.Amount, Currency: c.Currency,
+	}
+	return r.domains.Guard(c.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return gw.Status(ctx, req)
+	})
+}
+
+// authorizationChange is capture or void: what ends a requires_capture charge.
+type authorizationChange struct {
+	op payrouter.Operation
+	// send is the Gateway method (a method expression: payrouter.Gateway.Capture).
+	send func(payrouter.Gateway, context.Context, payrouter.TxRequest) payrouter.Result
+	// reach says whether a state found at the gateway shows the operation done.
+	reach func(payrouter.TxState) bool
+	// status is the charge's status once the operation is done.
+	status payrouter.ChargeStatus
+}
+
+var (
+	captureChange = authorizationChange{
+		op:   payrouter.OpCapture,
+		send: payrouter.Gateway.Capture,
+		reach: func(s payrouter.TxState) bool {
+			// Refunded since: it was captured all the same.
+			return s == payrouter.TxCaptured || s == payrouter.TxPartiallyRefunded || s == payrouter.TxRefunded
+		},
+		status: payrouter.StatusSucceeded,
+	}
+	voidChange = authorizationChange{
+		op:     payrouter.OpVoid,
+		send:   payrouter.Gateway.Void,
+		reach:  func(s payrouter.TxState) bool { return s == payrouter.TxVoided },
+		status: payrouter.StatusVoided,
+	}
+)
+
+// Capture captures an authorized (requires_capture) charge at the gateway that authorized it. It
+// returns the charge, now succeeded; an EState error for a charge in another status; a
+// *fallback.Unavailable when the gateway could not take the capture now (sending it again with
+// the same charge is safe: its reference makes a repeat a no-op); an EGatewayError when the
+// gateway refused it.
+func (r *Router) Capture(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+	return r.changeAuthorization(ctx, chargeID, captureChange)
+}
+
+// Void cancels an authorized (requires_capture) charge at the gateway that authorized it; the
+// charge becomes voided. Its answers are those of Capture.
+func (r *Router) Void(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+	return r.changeAuthorization(ctx, chargeID, voidChange)
+}
+
+func (r *Router) changeAuthorization(ctx context.Context, chargeID string, ch authorizationChange) (*payrouter.Charge, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	c, err := r.Get(ctx, chargeID)
+	if err != nil {
+		return nil, err
+	}
+	if c.Status != payrouter.StatusRequiresCapture {
+		return nil, payrouter.Errorf(payrouter.EState, "charge %s is %s: only a requires_capture charge can be %s", c.ID, c.Status, pastTense(ch.op))
+	}
+	gw, err := r.gatewayOf(c)
+	if err != nil {
+		return nil, err
+	}
+	req := payrouter.TxRequest{
+		Reference: c.Reference + "-" + string(ch.op), ChargeReference: c.Reference,
+		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
+	}
+	res, d := r.domains.Guard(c.Gateway, ch.op).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return ch.send(gw, ctx, req)
+	})
+	a := attemptOf(c.Gateway, req.Reference, res, d)
+	switch {
+	case res.Outcome == payrouter.OutcomeSucceeded:
+		return r.setStatus(ctx, c, ch.status)
+	case res.Outcome.NotSent():
+		return nil, r.unavailable(ch.op, c, a)
+	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
+		// It may have been applied: one look-up tells. When it cannot, the caller sends the same
+		// request again, which the reference makes safe.
+		look, _ := r.lookUp(ctx, c, gw)
+		if look.Outcome == payrouter.OutcomeSucceeded && ch.reach(look.State) {
+			r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
+			return r.setStatus(ctx, c, ch.status)
+		}
+		r.log.Warn("charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+			"outcome", res.Outcome, "lookup_outcome", look.Outcome, "state", look.State, "detail", res.Detail)
+		return nil, r.unavailable(ch.op, c, a)
+	default: // declined, error: the gateway refused it
+		r.log.Warn("charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+			"outcome", res.Outcome, "decline_code", res.DeclineCode, "detail", res.Detail)
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res))
+	}
+}
+
+// setStatus stores the status a gateway's answer gave the charge. A failure to store it is an
+// error: the caller sends the same request again, and the gateway, which already did it, answers
+// the same (the operation's reference is the same).
+func (r *Router) setStatus(ctx context.Context, c *payrouter.Charge, status payrouter.ChargeStatus) (*payrouter.Charge, error) {
+	ctx, cancel := storeCtx(ctx)
+	defer cancel()
+	unlock := lockCharge(c.ID)
+	defer unlock()
+	if stored, err := r.charges.Charge(ctx, c.ID); err == nil {
+		c = stored // anything stored since (a voided stray attempt) is kept
+	}
+	c.Status = status
+	c.UpdatedAt = r.now().UTC()
+	if err := r.charges.SaveCharge(ctx, c); err != nil {
+		return nil, fmt.Errorf("storing charge %s as %s: %w", c.ID, status, err)
+	}
+	r.log.Info("charge."+string(status), "charge_id", c.ID, "gateway", c.Gateway)
+	return c, nil
+}
+
+func pastTense(op payrouter.Operation) string {
+	switch op {
+	case payrouter.OpCapture:
+		return "captured"
+	case payrouter.OpVoid:
+		return "voided"
+	}
+	return string(op) + "ed"
+}
+
+// whyRefused says why a gateway refused an operation, for problem details: never card data.
+func whyRefused(res payrouter.Result) string {
+	switch {
+	case res.DeclineCode != "":
+		return string(res.Outcome) + ": " + res.DeclineCode
+	case res.Detail != "":
+		return string(res.Outcome) + ": " + res.Detail
+	}
+	return string(res.Outcome)
+}
+
+// Refund gives back amount (0: all that is left) of a succeeded charge, at the gateway that
+// captured it. The refund is stored as pending before it is sent. It returns the refund,
+// succeeded, or queued when the gateway could not take it now (or its answer was lost) and the
+// refund fallback queues: the queue worker sends it again, with the same reference, until the
+// gateway answers. Errors: EState when the charge is not succeeded or has less left than amount;
+// a *fallback.Unavailable when the gateway could not take it and the fallback fails; an
+// EGatewayError when the gateway refused it (the refund is then failed).
+func (r *Router) Refund(ctx context.Context, chargeID string, amount int64) (*payrouter.Refund, error) {
+	if amount < 0 {
+		return nil, payrouter.Errorf(payrouter.EInvalid, "a refund's amount must be positive")
+	}
+	if r.refunds == nil {
+		return nil, errors.New("refunds: no refund store configured")
+	}
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	c, err := r.Get(ctx, chargeID)
+	if err != nil {
+		return nil, err
+	}
+	left := c.Amount - c.Refunded
+	switch {
+	case c.Status == payrouter.StatusRefunded || c.Status == payrouter.StatusSucceeded && left <= 0:
+		return nil, payrouter.Errorf(payrouter.EState, "charge %s is refunded in full already", c.ID)
+	case c.Status != payrouter.StatusSucceeded:
+		return nil, payrouter.Errorf(payrouter.EState, "charge %s is %s: only a succeeded charge can be refunded", c.ID, c.Status)
+	case amount > left:
+		return nil, payrouter.Errorf(payrouter.EState, "charge %s has %d left to refund, less than %d", c.ID, left, amount)
+	case amount == 0:
+		amount = left
+	}
+	gw, err := r.gatewayOf(c)
+	if err != nil {
+		return nil, err
+	}
+	now := r.now().UTC()
+	id := "re_" + rand.Text()
+	rf := &payrouter.Refund{
+		ID: id, ChargeID: c.ID, Amount: amount, Currency: c.Currency, Status: payrouter.RefundPending,
+		Gateway: c.Gateway, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,
+	}
+	// Stored before it is sent: whatever happens to this process, the refund is on record.
+	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
+		return nil, fmt.Errorf("storing refund of charge %s before sending it: %w", c.ID, err)
+	}
+	// And a task that finds out, once this request is over, should this process die before the
+	// gateway's answer is stored: it sends the refund again with the same reference (applied
+	// once), or finds it settled and does nothing.
+	r.enqueueRefund(ctx, rf, now.Add(r.budget+r.timeout(c.Gateway, payrouter.OpRefund)))
+	res, d := r.sendRefund(ctx, gw, c, rf)
+	switch {
+	case res.Outcome == payrouter.OutcomeSucceeded:
+		if err := r.completeRefund(ctx, rf, res); err != nil {
+			// The gateway applied it: the answer says so, and a retry of the request must not
+			// become a second refund, so this is no error for the caller.
+			r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
+		}
+		return rf, nil
+	case res.Outcome.NotSent():
+		if r.refundFallback != fallback.Queue {
+			r.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
+			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+		}
+		if err := r.queueRefund(ctx, rf, false); err != nil {
+			// Nothing moved, so failing it is honest, and the caller may ask again.
+			r.failRefund(ctx, rf, "not sent, and could not be queued")
+			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+		}
+		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
+		return rf, nil
+	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
+		// The gateway may have applied it, whatever the fallback says: failing it would tell the
+		// caller the money did not move when it may have, and a new refund could then give it back
+		// twice. So it is queued: sent again with the same reference (applied once), it finds out.
+		if err := r.queueRefund(ctx, rf, true); err != nil {
+			return nil, fmt.Errorf("refund %s of charge %s: %s at the gateway, and not queued: %w", rf.ID, c.ID, res.Outcome, err)
+		}
+		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
+		return rf, nil
+	default: // declined, error
+		r.failRefund(ctx, rf, whyRefused(res))
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res))
+	}
+}
+
+// sendRefund sends a refund through its gateway's refund guard, with its own reference.
+func (r *Router) sendRefund(ctx context.Context, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) (payrouter.Result, time.Duration) {
+	req := payrouter.TxRequest{
+		Reference: rf.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
+		Amount: rf.Amount, Currency: rf.Currency,
+	}
+	res, d := r.domains.Guard(rf.Gateway, payrouter.OpRefund).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return gw.Refund(ctx, req)
+	})
+	if res.Outcome != payrouter.OutcomeSucceeded {
+		r.log.Info("refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
+			"outcome", res.Outcome, "duration_ms", d.Milliseconds(), "detail", res.Detail)
+	}
+	return res, d
+}
+
+// queueRefund marks the refund queued, then queues its task, in that order: the worker never
+// finds a task whose refund is about to be overwritten. When the task cannot be queued, the
+// refund goes back to what it was (pending: it may have been sent) and the error is returned: a
+// refund that is not queued is never answered as queued.
+func (r *Router) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSent bool) error {
+	ctx, cancel := storeCtx(ctx)
+	defer cancel()
+	was := *rf
+	rf.Status, rf.UpdatedAt = payrouter.RefundQueued, r.now().UTC()
+	err := r.refunds.SaveRefund(ctx, rf)
+	if err == nil {
+		err = r.enqueueRefund(ctx, rf, time.Time{})
+		if err != nil {
+			*rf = was
+			if serr := r.refunds.SaveRefund(ctx, rf); serr != nil {
+				r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", serr)
+			}
+		}
+	} else {
+		*rf = was
+	}
+	if err != nil {
+		level := r.log.Warn
+		if maybeSent {
+			level = r.log.Error // the money may have moved and nothing will find out: ops must look
+		}
+		level("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent, "err", err)
+		return err
+	}
+	r.log.Info("refund.queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent)
+	return nil
+}
+
+// enqueueRefund queues the task that sends rf, not before notBefore.
+func (r *Router) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBefore time.Time) error {
+	if r.queue == nil {
+		return errors.New("no queue configured")
+	}
+	_, err := r.queue.Enqueue(ctx, payrouter.Task{
+		Kind: payrouter.TaskRefund, Gateway: rf.Gateway, ChargeID: rf.ChargeID, RefundID: rf.ID,
+		Amount: rf.Amount, Currency: rf.Currency, NotBefore: notBefore, CreatedAt: r.now().UTC(),
+	})
+	if err != nil {
+		r.log.Warn("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+	}
+	return err
+}
+
+// completeRefund records a refund the gateway applied, and adds it to its charge's refunded
+// amount, once: a refund found succeeded already (sent twice, by a worker and a request, or by
+// two workers) is not counted again.
+func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
+	ctx, cancel := storeCtx(ctx)
+	defer cancel()
+	unlock := lockCharge(rf.ChargeID)
+	defer unlock()
+	if stored, err := r.refunds.Refund(ctx, rf.ID); err == nil && stored.Status == payrouter.RefundSucceeded {
+		*rf = *stored
+		return nil
+	}
+	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundSucceeded, "", r.now().UTC()
+	rf.GatewayReference = firstNonEmpty(res.GatewayReference, rf.GatewayReference)
+	// The refund first: should the charge not be stored, its refunded amount is short, which the
+	// gateway makes safe (it refuses to refund more than was captured); the other order could count
+	// one refund twice.
+	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
+		return fmt.Errorf("storing refund %s as succeeded: %w", rf.ID, err)
+	}
+	r.log.Info("refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
+	c, err := r.charges.Charge(ctx, rf.ChargeID)
+	if err != nil {
+		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
+	}
+	c.Refunded += rf.Amount
+	if c.Refunded >= c.Amount {
+		c.Status = payrouter.StatusRefunded
+	}
+	c.UpdatedAt = rf.UpdatedAt
+	if err := r.charges.SaveCharge(ctx, c); err != nil {
+		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
+	}
+	return nil
+}
+
+// failRefund records a refund that will not be sent again, and why.
+func (r *Router) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
+	ctx, cancel := storeCtx(ctx)
+	defer cancel()
+	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundFailed, detail, r.now().UTC()
+	r.log.Warn("refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
+	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
+		r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+	}
+}
+
+// workRefund sends a queued refund (TaskRefund) again, with the reference it was first sent with,
+// so that the gateway applies it once however often it is sent. nil when it is done: applied,
+// refused, or nothing left to do; fallback.ErrLater while the gateway cannot answer; another
+// error when the store failed (the task is handed out again).
+func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
+	if r.refunds == nil {
+		return fmt.Errorf("%w: no refund store configured", fallback.ErrLater)
+	}
+	rf, err := r.refunds.Refund(ctx, t.RefundID)
+	if errors.Is(err, payrouter.ErrNotFound) {
+		r.log.Error("task.refund_missing", "refund_id", t.RefundID, "charge_id", t.ChargeID)
+		return nil // nothing can ever send it; kept, it would come back for ever
+	}
+	if err != nil {
+		return fmt.Errorf("loading refund %s: %w", t.RefundID, err)
+	}
+	if rf.Status == payrouter.RefundSucceeded || rf.Status == payrouter.RefundFailed {
+		return nil
+	}
+	c, err := r.charges.Charge(ctx, rf.ChargeID)
+	if err != nil {
+		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
+	}
+	gw := r.gateways[rf.Gateway]
+	if gw == nil {
+		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
+	}
+	res, _ := r.sendRefund(ctx, gw, c, rf)
+	switch {
+	case res.Outcome == payrouter.OutcomeSucceeded:
+		if err := r.completeRefund(ctx, rf, res); err != nil {
+			return err // sent again later: the gateway answers the same, and it is stored then
+		}
+		return nil
+	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
+		return fmt.Errorf("%w: refund %s: %s", fallback.ErrLater, rf.ID, res.Outcome)
+	default: // declined, error: sending it again would be refused again
+		r.failRefund(ctx, rf, whyRefused(res))
+		return nil
+	}
+}
+
+// GetRefund returns a stored refund, ENotFound when there is none with that id.
+func (r *Router) GetRefund(ctx context.Context, id string) (*payrouter.Refund, error) {
+	if r.refunds == nil {
+		return nil, payrouter.Errorf(payrouter.ENotFound, "no refund %q", id)
+	}
+	rf, err := r.refunds.Refund(ctx, id)
+	if errors.Is(err, payrouter.ErrNotFound) {
+		return nil, payrouter.Errorf(payrouter.ENotFound, "no refund %q", id)
+	}
+	return rf, err
+}
+
+// Refresh returns a charge as GET /charge/{id} shows it: the stored charge, and for one still
+// processing what its gateway says of it now. When the gateway cannot be asked, the status
+// fallback answers: Degrade returns the stored charge with stale true, Fail a
+// *fallback.Unavailable.
+func (r *Router) Refresh(ctx context.Context, id string) (c *payrouter.Charge, stale bool, err error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	c, err = r.Get(ctx, id)
+	if err != nil || c.Status != payrouter.StatusProcessing {
+		return c, false, err
+	}
+	answered, look, err := r.lookUpProcessing(ctx, c)
+	if err != nil {
+		// What the gateway said is still the truth to answer; the reconciler stores it later.
+		r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+	}
+	if answered {
+		return c, false, nil
+	}
+	if r.statusFallback == fallback.Fail {
+		return nil, false, r.unavailable(payrouter.OpStatus, c, look)
+	}
+	r.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
+	return c, true, nil
+}
+
+// resolveProcessing looks a processing charge up at its gateway and moves it on by what the
+// gateway says: captured is succeeded; authorized is requires_capture, or is captured now when the
+// charge asked for a capture (it stays processing when that fails); declined and failed are
+// final; not_found is failed once no attempt can still be on its way, and a late approval is
+// then voided by a queued recheck; pending stays. answered is false when the gateway could not
+// be asked. The charge is stored when it changed; err is a failure to store it.
+func (r *Router) resolveProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, err error) {
+	answered, _, err = r.lookUpProcessing(ctx, c)
+	return answered, err
+}
+
+// lookUpProcessing is resolveProcessing, also returning the look-up's attempt (for the answer of
+// a status fallback that fails).
+func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, look payrouter.Attempt, err error) {
+	if c.Status != payrouter.StatusProcessing {
+		return true, payrouter.Attempt{}, nil
+	}
+	gw := r.gateways[c.Gateway]
+	if gw == nil || c.Reference == "" || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+		// Stored before its first call and never settled (the process stopped mid-call), or held
+		// by a gateway no longer configured: there is nothing this look-up can ask.
+		return false, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown}, nil
+	}
+	res, d := r.lookUp(ctx, c, gw)
+	look = attemptOf(c.Gateway, c.Reference, res, d)
+	if res.Outcome != payrouter.OutcomeSucceeded {
+		r.log.Info("charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
+		return false, look, nil
+	}
+
+	type shown struct {
+		status         payrouter.ChargeStatus
+		gwRef, decline string
+		resolved       payrouter.TxState
+	}
+	last := func() payrouter.TxState {
+		if n := len(c.Attempts); n > 0 {
+			return c.Attempts[n-1].Resolved
+		}
+		return ""
+	}
+	before := shown{c.Status, c.GatewayReference, c.DeclineCode, last()}
+	if n := len(c.Attempts); n > 0 {
+		c.Attempts[n-1].Resolved = res.State
+	}
+	res.GatewayReference = firstNonEmpty(res.GatewayReference, c.GatewayReference)
+
+	switch res.State {
+	case payrouter.TxNotFound:
+		// An attempt can still be on its way to the gateway until the budget of its request and
+		// the gateway's own timeout have passed: only then is "not found" an answer.
+		if r.now().Sub(c.CreatedAt) > r.budget+r.timeout(c.Gateway, payrouter.OpCharge) {
+			c.Status = payrouter.StatusFailed
+			r.releaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, "", 0)
+		}
+	case payrouter.TxAuthorized:
+		if !c.Capture {
+			r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+			break
+		}
+		// The charge asked for a capture, and only the authorization is known to have happened.
+		captured, ok := r.captureProcessing(ctx, c, gw, res)
+		if ok {
+			r.settle(c, c.Gateway, c.Reference, captured)
+		}
+	case payrouter.TxVoided:
+		c.Status = payrouter.StatusVoided
+		c.GatewayReference = res.GatewayReference
+	case payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
+		// Captured, then refunded at the gateway without payrouter: captured is what the charge
+		// came to; its refunds are not payrouter's to count.
+		r.log.Warn("charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
+		res.State = payrouter.TxCaptured
+		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+	default: // captured, declined, failed, pending, or a state that says nothing
+		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+	}
+	r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
+
+	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
+		return true, look, nil
+	}
+	c.UpdatedAt = r.now().UTC()
+	sctx, cancel := storeCtx(ctx)
+	defer cancel()
+	unlock := lockCharge(c.ID)
+	defer unlock()
+	if stored, err := r.charges.Charge(sctx, c.ID); err == nil && stored.Status != payrouter.StatusProcessing {
+		*c = *stored // resolved meanwhile (the reconciler, another GET): that one stands
+		return true, look, nil
+	}
+	if err := r.charges.SaveCharge(sctx, c); err != nil {
+		return true, look, fmt.Errorf("storing resolved charge %s as %s: %w", c.ID, c.Status, err)
+	}
+	return true, look, nil
+}
+
+// captureProcessing captures a processing charge found authorized, with the reference Capture
+// uses. ok is false when the capture did not happen (the charge stays processing, and the next
+// look-up tries again).
+func (r *Router) captureProcessing(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
+	req := payrouter.TxRequest{
+		Reference: c.Reference + "-" + string(payrouter.OpCapture), ChargeReference: c.Reference,
+		GatewayReference: found.GatewayReference, Amount: c.Amount, Currency: c.Currency,
+	}
+	res, _ := r.domains.Guard(c.Gateway, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+		return gw.Capture(ctx, req)
+	})
+	if res.Outcome != payrouter.OutcomeSucceeded {
+		r.log.Warn("charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
+		return res, false
+	}
+	return payrouter.Result{
+		Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured,
+		GatewayReference: firstNonEmpty(res.GatewayReference, found.GatewayReference),
+	}, true
+}
