@@ -37,6 +37,10 @@ contract: ## only the black-box contract suite: core on the in-memory store, the
 	bash ../shared/contract/run.sh core
 	bash ../shared/contract/run.sh all
 
+.PHONY: chaos
+chaos: ## the chaos money check, long: 5000 charges through two instances on Redis while gateways fail at random and one instance is killed; every ledger must balance
+	CHAOS_CHARGES=5000 $(GO) test -race -count=1 -run TestChaosMoney -v -timeout 20m ./e2e/
+
 # resilience's TestBenchBreakerOnRedis runs BenchmarkDistributedGobreaker and BenchmarkGuardWithFleet
 # itself, alternately, and prints their ratio: -skip keeps -bench from running them a second time.
 .PHONY: bench

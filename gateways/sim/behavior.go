@@ -27,10 +27,14 @@ const (
 	ModeHang Mode = "hang"
 	// ModeReset reads the request and then resets the connection; nothing is recorded.
 	ModeReset Mode = "reset"
+	// ModeProcessThenHang processes the call exactly as ModeNormal does (the charge is recorded,
+	// a capture, void or refund applied) and then never answers, like ModeHang: the gateway
+	// moved the money but its answer never arrives. Only a status look-up tells the caller.
+	ModeProcessThenHang Mode = "process_then_hang"
 )
 
 // Modes lists every mode, in the order error messages name them.
-var Modes = []Mode{ModeNormal, ModeUnavailable, ModeError500, ModeHang, ModeReset}
+var Modes = []Mode{ModeNormal, ModeUnavailable, ModeError500, ModeHang, ModeReset, ModeProcessThenHang}
 
 // Valid reports whether m is one of Modes.
 func (m Mode) Valid() bool {
@@ -46,27 +50,49 @@ func (m Mode) Valid() bool {
 type Behavior struct {
 	// Mode is how calls are answered; "" is ModeNormal.
 	Mode Mode
-	// Latency delays every answer, in every mode but hang. In normal mode the transaction is
-	// recorded when the request arrives, so a client that gives up early still charged the card.
+	// Latency delays every answer, in every mode but the two that never answer (hang,
+	// process_then_hang). In normal mode the transaction is recorded when the request arrives, so
+	// a client that gives up early still charged the card.
 	Latency time.Duration
 	// DeclineAll declines every charge, whatever its token.
 	DeclineAll bool
+	// SlowShare is the heavy tail: each call to the gateway's API is, with this probability (in
+	// [0, 1]), delayed by SlowLatency on top of Latency. The slow calls are recorded as Latency's
+	// are, when they arrive. 0 is no tail. Health and control calls are never slowed by it.
+	SlowShare float64
+	// SlowLatency is the extra delay of a call drawn into the tail; it must be set when
+	// SlowShare is.
+	SlowLatency time.Duration
 }
 
-// behaviorJSON is Behavior on the wire: the latency as a Go duration string ("20s", "150ms").
+// delay is how long the answer to one API call is held back: Latency, plus SlowLatency for a
+// call whose draw (in [0, 1)) falls within SlowShare.
+func (b Behavior) delay(draw float64) time.Duration {
+	if b.SlowShare > 0 && draw < b.SlowShare {
+		return b.Latency + b.SlowLatency
+	}
+	return b.Latency
+}
+
+// behaviorJSON is Behavior on the wire: the latencies as Go duration strings ("20s", "150ms").
 type behaviorJSON struct {
-	Mode       Mode   `json:"mode"`
-	Latency    string `json:"latency"`
-	DeclineAll bool   `json:"decline_all"`
+	Mode        Mode    `json:"mode"`
+	Latency     string  `json:"latency"`
+	DeclineAll  bool    `json:"decline_all"`
+	SlowShare   float64 `json:"slow_share"`
+	SlowLatency string  `json:"slow_latency"`
 }
 
-// MarshalJSON writes {"mode", "latency", "decline_all"}.
+// MarshalJSON writes {"mode", "latency", "decline_all", "slow_share", "slow_latency"}.
 func (b Behavior) MarshalJSON() ([]byte, error) {
 	m := b.Mode
 	if m == "" {
 		m = ModeNormal
 	}
-	return json.Marshal(behaviorJSON{Mode: m, Latency: b.Latency.String(), DeclineAll: b.DeclineAll})
+	return json.Marshal(behaviorJSON{
+		Mode: m, Latency: b.Latency.String(), DeclineAll: b.DeclineAll,
+		SlowShare: b.SlowShare, SlowLatency: b.SlowLatency.String(),
+	})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, and validates it like ParseBehavior.
@@ -81,13 +107,14 @@ func (b *Behavior) UnmarshalJSON(data []byte) error {
 
 // ParseBehavior decodes a PUT /_sim/behavior body strictly: one JSON object, no unknown fields, a
 // known mode (missing means normal), a non-negative latency in Go duration syntax (missing or ""
-// means none). A PUT replaces the whole behavior, so what is left out is reset.
+// means none), a slow_share in [0, 1] (missing means no tail) and, when slow_share is above 0, a
+// positive slow_latency. A PUT replaces the whole behavior, so what is left out is reset.
 func ParseBehavior(r io.Reader) (Behavior, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var in behaviorJSON
 	if err := dec.Decode(&in); err != nil {
-		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset", "latency": "20s", "decline_all": false}: %v`, err)
+		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s"}: %v`, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Behavior{}, errors.New("behavior: unexpected data after the JSON object")
@@ -99,15 +126,35 @@ func ParseBehavior(r io.Reader) (Behavior, error) {
 	if !b.Mode.Valid() {
 		return Behavior{}, fmt.Errorf("behavior: unknown mode %q: want one of %v", in.Mode, Modes)
 	}
-	if in.Latency != "" {
-		d, err := time.ParseDuration(in.Latency)
-		if err != nil {
-			return Behavior{}, fmt.Errorf("behavior: latency %q: want a duration such as \"250ms\" or \"20s\"", in.Latency)
-		}
-		if d < 0 {
-			return Behavior{}, fmt.Errorf("behavior: latency %q: must not be negative", in.Latency)
-		}
-		b.Latency = d
+	var err error
+	if b.Latency, err = parseLatency("latency", in.Latency); err != nil {
+		return Behavior{}, err
 	}
+	if b.SlowLatency, err = parseLatency("slow_latency", in.SlowLatency); err != nil {
+		return Behavior{}, err
+	}
+	if in.SlowShare < 0 || in.SlowShare > 1 {
+		return Behavior{}, fmt.Errorf("behavior: slow_share %v: want a probability between 0 and 1, such as 0.02", in.SlowShare)
+	}
+	if in.SlowShare > 0 && b.SlowLatency == 0 {
+		return Behavior{}, fmt.Errorf("behavior: slow_share %v needs a slow_latency, the extra delay of the slow calls, such as \"2s\"", in.SlowShare)
+	}
+	b.SlowShare = in.SlowShare
 	return b, nil
+}
+
+// parseLatency reads one of the behavior's durations: "" is none, anything else a non-negative
+// Go duration.
+func parseLatency(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("behavior: %s %q: want a duration such as \"250ms\" or \"20s\"", field, s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("behavior: %s %q: must not be negative", field, s)
+	}
+	return d, nil
 }

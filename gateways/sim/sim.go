@@ -3,6 +3,11 @@
 // (CONTRACT.md, Gateway simulator control API). Each fake (paywellsim, dingsim, tranglosim) only
 // writes its own wire format: its API handlers are registered with Server.Handle, which applies the
 // mode, the counters and the latency around them.
+//
+// Besides the contract's modes, two behaviors serve chaos tests: process_then_hang, a gateway
+// that moves the money and then never answers (the ledger has the charge, the caller only a
+// timeout), and a heavy tail, slow_share of the calls delayed by slow_latency on top of the
+// latency, recorded on arrival like any slow call.
 package sim
 
 import (
@@ -10,6 +15,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -32,6 +38,10 @@ type Config struct {
 	// Unavailable writes the gateway's own "not processed, retry later" answer (ModeUnavailable).
 	// It must record nothing.
 	Unavailable http.HandlerFunc
+	// Rand draws, for each API call, the number in [0, 1) that decides whether the call falls in
+	// the heavy tail (Behavior.SlowShare). It may be called concurrently. nil is math/rand/v2's
+	// Float64; tests set it to pick which calls are slow.
+	Rand func() float64
 }
 
 // Stats is what GET /_sim/stats shows: calls to the gateway's own API, never health or control
@@ -48,6 +58,7 @@ type Stats struct {
 type Server struct {
 	name        string
 	unavailable http.HandlerFunc
+	rand        func() float64
 	mux         *http.ServeMux
 	ledger      *Ledger
 	logger      atomic.Pointer[slog.Logger]
@@ -69,6 +80,7 @@ func New(cfg Config) *Server {
 	s := &Server{
 		name:        cfg.Name,
 		unavailable: cfg.Unavailable,
+		rand:        cfg.Rand,
 		mux:         http.NewServeMux(),
 		ledger:      NewLedger(cfg.TxPrefix, cfg.OpPrefix),
 		behavior:    Behavior{Mode: ModeNormal},
@@ -78,6 +90,9 @@ func New(cfg Config) *Server {
 		s.unavailable = func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "service unavailable, not processed: retry later", http.StatusServiceUnavailable)
 		}
+	}
+	if s.rand == nil {
+		s.rand = rand.Float64
 	}
 	s.logger.Store(slog.New(slog.DiscardHandler))
 	s.mux.HandleFunc("GET /health", s.health)
@@ -100,7 +115,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 // Handle registers one of the fake's API handlers under an http.ServeMux pattern
 // ("POST /v1/charges"). Every call is counted and goes through the mode: the handler runs only
-// in normal mode, and its answer is held back for the latency.
+// in normal and process_then_hang modes, and its answer is held back for the latency (and the
+// slow latency, for a call in the heavy tail), or forever in process_then_hang.
 func (s *Server) Handle(pattern string, h http.HandlerFunc) {
 	s.mux.Handle(pattern, s.api(h))
 }
@@ -179,13 +195,14 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		defer s.begin()()
 		b := s.Behavior() // the behavior when the request arrived holds for all of it
+		delay := b.delay(s.rand())
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		switch b.Mode {
 		case ModeHang:
 			s.hang(r)
 			return
 		case ModeReset:
-			s.reset(w, r, b.Latency)
+			s.reset(w, r, delay)
 			return
 		}
 		rec := &recorder{header: http.Header{}}
@@ -197,9 +214,13 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 		default:
 			h(rec, r) // records the transaction now, before the latency
 		}
+		if b.Mode == ModeProcessThenHang {
+			s.hang(r) // processed; the answer is dropped
+			return
+		}
 		// The whole body must be read for the server to notice a client that goes away.
 		_, _ = io.Copy(io.Discard, r.Body)
-		if !s.wait(r, b.Latency) {
+		if !s.wait(r, delay) {
 			panic(http.ErrAbortHandler) // the client is gone: nobody to answer
 		}
 		rec.writeTo(w)
@@ -207,13 +228,14 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // health is GET /health: what an out-of-band prober sees. It is not counted, but it behaves like
-// the gateway: slow with the latency, 503 while unavailable or failing, no answer while hung,
-// reset while resetting, so that a probe never reports healthy a gateway its customers cannot
-// use.
+// the gateway: slow with the latency, 503 while unavailable or failing, no answer while hung
+// (process_then_hang included), reset while resetting, so that a probe never reports healthy a
+// gateway its customers cannot use. The heavy tail is left out: it is a share of the API calls,
+// and a probe that drew it would only make a prober's verdict random.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	b := s.Behavior()
 	switch b.Mode {
-	case ModeHang:
+	case ModeHang, ModeProcessThenHang:
 		s.hang(r)
 		return
 	case ModeReset:
@@ -292,7 +314,8 @@ func (s *Server) putBehavior(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.SetBehavior(b)
-	s.logger.Load().Info("behavior", "gateway", s.name, "mode", b.Mode, "latency", b.Latency.String(), "decline_all", b.DeclineAll)
+	s.logger.Load().Info("behavior", "gateway", s.name, "mode", b.Mode, "latency", b.Latency.String(), "decline_all", b.DeclineAll,
+		"slow_share", b.SlowShare, "slow_latency", b.SlowLatency.String())
 	WriteJSON(w, http.StatusOK, b)
 }
 

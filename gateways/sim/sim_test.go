@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,19 @@ func TestParseBehavior(t *testing.T) {
 		{`{"latency":"1s"}`, sim.Behavior{Mode: sim.ModeNormal, Latency: time.Second}, ""},
 		{`{}`, sim.Behavior{Mode: sim.ModeNormal}, ""},
 		{`{"mode":"unavailable","latency":""}`, sim.Behavior{Mode: sim.ModeUnavailable}, ""},
+		{`{"mode":"process_then_hang"}`, sim.Behavior{Mode: sim.ModeProcessThenHang}, ""},
+		{`{"slow_share":0.02,"slow_latency":"2s"}`, sim.Behavior{Mode: sim.ModeNormal, SlowShare: 0.02, SlowLatency: 2 * time.Second}, ""},
+		{`{"mode":"reset","latency":"10ms","slow_share":1,"slow_latency":"1ms"}`, sim.Behavior{Mode: sim.ModeReset, Latency: 10 * time.Millisecond, SlowShare: 1, SlowLatency: time.Millisecond}, ""},
+		{`{"slow_share":0,"slow_latency":"3s"}`, sim.Behavior{Mode: sim.ModeNormal, SlowLatency: 3 * time.Second}, ""},
+		{`{"slow_share":0,"slow_latency":""}`, sim.Behavior{Mode: sim.ModeNormal}, ""},
+		{`{"slow_share":1.5,"slow_latency":"2s"}`, sim.Behavior{}, "slow_share 1.5: want a probability between 0 and 1"},
+		{`{"slow_share":-0.1,"slow_latency":"2s"}`, sim.Behavior{}, "slow_share -0.1: want a probability between 0 and 1"},
+		{`{"slow_share":0.5}`, sim.Behavior{}, "slow_share 0.5 needs a slow_latency"},
+		{`{"slow_share":0.5,"slow_latency":"0s"}`, sim.Behavior{}, "slow_share 0.5 needs a slow_latency"},
+		{`{"slow_share":0.5,"slow_latency":"later"}`, sim.Behavior{}, `slow_latency "later"`},
+		{`{"slow_share":0.5,"slow_latency":"-2s"}`, sim.Behavior{}, `slow_latency "-2s": must not be negative`},
+		{`{"slow_share":"0.5","slow_latency":"2s"}`, sim.Behavior{}, "want a JSON object"},
+		{`{"slow_latency":2}`, sim.Behavior{}, "want a JSON object"},
 		{`{"mode":"down"}`, sim.Behavior{}, `unknown mode "down"`},
 		{`{"mode":"normal","latency":"fast"}`, sim.Behavior{}, `latency "fast"`},
 		{`{"mode":"normal","latency":"-1s"}`, sim.Behavior{}, "must not be negative"},
@@ -50,9 +64,9 @@ func TestParseBehavior(t *testing.T) {
 }
 
 func TestBehaviorJSONRoundTrip(t *testing.T) {
-	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true}
+	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true, SlowShare: 0.25, SlowLatency: 2 * time.Second}
 	data, err := json.Marshal(b)
-	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true}` {
+	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true,"slow_share":0.25,"slow_latency":"2s"}` {
 		t.Fatalf("Marshal = %s, %v", data, err)
 	}
 	var back sim.Behavior
@@ -61,10 +75,17 @@ func TestBehaviorJSONRoundTrip(t *testing.T) {
 	}
 }
 
-// fake is the smallest gateway on top of sim: POST /pay?ref=R&token=T records a charge.
+// fake is the smallest gateway on top of sim: POST /pay?ref=R&token=T records a charge,
+// POST /refund?ref=R&op=O refunds 40 of it.
 func fake(t *testing.T) (*sim.Server, string) {
 	t.Helper()
-	s := sim.New(sim.Config{Name: "test", TxPrefix: "tx_", OpPrefix: "op_", Unavailable: func(w http.ResponseWriter, _ *http.Request) {
+	return fakeWith(t, nil)
+}
+
+// fakeWith is fake with draws for the heavy tail (sim.Config.Rand); nil draws at random.
+func fakeWith(t *testing.T, draw func() float64) (*sim.Server, string) {
+	t.Helper()
+	s := sim.New(sim.Config{Name: "test", TxPrefix: "tx_", OpPrefix: "op_", Rand: draw, Unavailable: func(w http.ResponseWriter, _ *http.Request) {
 		sim.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "try later"})
 	}})
 	s.Handle("POST /pay", func(w http.ResponseWriter, r *http.Request) {
@@ -74,6 +95,14 @@ func fake(t *testing.T) (*sim.Server, string) {
 		}
 		tx, _ := s.Ledger().Create(n)
 		sim.WriteJSON(w, http.StatusOK, tx)
+	})
+	s.Handle("POST /refund", func(w http.ResponseWriter, r *http.Request) {
+		res, err := s.Ledger().Refund(r.URL.Query().Get("op"), r.URL.Query().Get("ref"), 40)
+		if err != nil {
+			sim.WriteJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		sim.WriteJSON(w, http.StatusOK, res.Tx)
 	})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
@@ -132,10 +161,18 @@ func TestControlAPI(t *testing.T) {
 	if got := s.Behavior(); got != (sim.Behavior{Mode: sim.ModeUnavailable, Latency: 5 * time.Millisecond, DeclineAll: true}) {
 		t.Fatalf("behavior after PUT: %+v", got)
 	}
-	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true}` {
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s"}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
 	}
-	for _, bad := range []string{`{"mode":"sideways"}`, `{"latency":"soon"}`, `{`} {
+	a = call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_hang","slow_share":0.02,"slow_latency":"2s"}`)
+	if a.status != 200 || !strings.Contains(a.body, `"mode":"process_then_hang"`) {
+		t.Fatalf("PUT /_sim/behavior: %+v", a)
+	}
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"process_then_hang","latency":"0s","decline_all":false,"slow_share":0.02,"slow_latency":"2s"}` {
+		t.Fatalf("GET /_sim/behavior: %+v", a)
+	}
+	call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"unavailable","latency":"5ms","decline_all":true}`)
+	for _, bad := range []string{`{"mode":"sideways"}`, `{"latency":"soon"}`, `{`, `{"slow_share":2,"slow_latency":"1s"}`, `{"slow_share":0.1}`} {
 		a := call(ctx, "PUT", url+"/_sim/behavior", bad)
 		var e struct{ Error string }
 		if a.status != 400 || json.Unmarshal([]byte(a.body), &e) != nil || !strings.HasPrefix(e.Error, "behavior: ") {
@@ -194,6 +231,7 @@ func TestModes(t *testing.T) {
 		{sim.ModeError500, 500, 503, false},
 		{sim.ModeReset, 0, 0, false},
 		{sim.ModeHang, 0, 0, false},
+		{sim.ModeProcessThenHang, 0, 0, true},
 	}
 	for _, c := range cases {
 		t.Run(string(c.mode), func(t *testing.T) {
@@ -218,6 +256,84 @@ func TestModes(t *testing.T) {
 				t.Errorf("requests = %d, want 1 (health not counted)", got)
 			}
 		})
+	}
+}
+
+// TestProcessThenHang: the call is processed as in normal mode (a charge recorded, a refund
+// applied) and then never answered; the fake lets go once the client has.
+func TestProcessThenHang(t *testing.T) {
+	s, url := fake(t)
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
+		t.Fatalf("a charge in normal mode: %+v", a)
+	}
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThenHang})
+	for _, c := range []struct{ what, path string }{
+		{"a charge", "/pay?ref=r2&token=tok_visa"},
+		{"a declined charge", "/pay?ref=r3&token=tok_decline"},
+		{"a refund", "/refund?ref=r1&op=op1"},
+	} {
+		if a := call(within(t, 200*time.Millisecond), "POST", url+c.path, ""); !errors.Is(a.err, context.DeadlineExceeded) {
+			t.Errorf("%s in process_then_hang: %+v, want no answer before the deadline", c.what, a)
+		}
+	}
+	want := []sim.Tx{
+		{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
+		{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
+	}
+	got := s.Ledger().Transactions()
+	if len(got) != len(want) {
+		t.Fatalf("ledger after a charge, a decline and a refund that were never answered: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		got[i].Fingerprint, got[i].DeclineCode = "", ""
+		if got[i] != want[i] {
+			t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if tx, ok := s.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
+		t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
+	}
+	eventually(t, "the fake stops waiting for the clients that left", func() bool { return s.Stats().InFlight == 0 })
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r2&token=tok_visa", ""); a.status != 200 || !strings.Contains(a.body, `"status":"captured"`) {
+		t.Errorf("the unanswered charge sent again once normal: %+v, want its captured transaction", a)
+	}
+}
+
+// TestSlowTail: a call whose draw falls within slow_share is delayed by slow_latency on top of
+// the latency, and recorded on arrival; the others only by the latency. The draws are the
+// test's, alternately inside and outside the share.
+func TestSlowTail(t *testing.T) {
+	var n atomic.Int64
+	draws := []float64{0.1, 0.9} // slow_share 0.5: slow, then not
+	s, url := fakeWith(t, func() float64 { return draws[(n.Add(1)-1)%2] })
+	const latency, slow = 20 * time.Millisecond, time.Minute
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: latency, SlowShare: 0.5, SlowLatency: slow})
+
+	if a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=tail", ""); !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Fatalf("a call drawn into the tail (%v more) with a 300ms deadline: %+v, want no answer in time", slow, a)
+	}
+	if tx, ok := s.Ledger().Lookup("tail"); !ok || tx.Status != sim.StatusCaptured {
+		t.Errorf("the slow call: %+v, %v; want it recorded on arrival", tx, ok)
+	}
+	began := time.Now()
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=fast", ""); a.status != 200 {
+		t.Fatalf("a call outside the tail: %+v", a)
+	}
+	if took := time.Since(began); took < latency || took >= slow {
+		t.Errorf("a call outside the tail answered in %v, want the latency %v alone", took, latency)
+	}
+
+	// The tail is a share of calls: none at 0, all at 1; health is never in it.
+	for _, share := range []float64{0, 1} {
+		s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, SlowShare: share, SlowLatency: slow})
+		a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=share", "")
+		if answered := a.err == nil; answered != (share == 0) {
+			t.Errorf("slow_share %v: %+v, want answered=%v", share, a, share == 0)
+		}
+		if h := call(within(t, 300*time.Millisecond), "GET", url+"/health", ""); h.status != 200 {
+			t.Errorf("GET /health with slow_share %v: %+v, want 200 at once", share, h)
+		}
 	}
 }
 
