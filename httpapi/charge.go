@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -222,14 +222,24 @@ func (s *server) createCharge(c echo.Context) error {
 			fieldError{Field: "gateway", Message: "is not a configured gateway"}))
 	}
 	return s.idempotent(c, key, fingerprint("POST /charge", in), func() (answer, error) {
-		return s.runCharge(c, in)
+		return s.runCharge(c, chargeIDFor(c.Get("key_scope").(string), key), in)
 	})
 }
 
+// chargeIDFor is the id of the charge an Idempotency-Key asks for: derived from the key (and the
+// API key's scope), not drawn at random, so that a retry that finds the key free again because
+// the instance holding it died mid-call gets the same charge, which may have been approved,
+// instead of a second one (routing.Router.Charge). Attempt references derive from it too, so
+// even a charge sent again is the same transaction at the gateway.
+func chargeIDFor(scope, key string) string {
+	sum := sha256.Sum256([]byte(scope + "\n" + key))
+	return "ch_" + base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16])
+}
+
 // runCharge sends a valid charge through the router and shapes its answer.
-func (s *server) runCharge(c echo.Context, in chargeInput) (answer, error) {
+func (s *server) runCharge(c echo.Context, id string, in chargeInput) (answer, error) {
 	ch := &payrouter.Charge{
-		ID: "ch_" + rand.Text(), Amount: in.Amount, Currency: in.Currency, Country: in.Country,
+		ID: id, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
 		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
 		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
 		Capture:       in.Capture, PinnedGateway: in.Gateway,
@@ -265,7 +275,8 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 		s.Metrics.ChargeAnswered(ch.Gateway, ch.Status)
 	}
 	switch ch.Status {
-	case payrouter.StatusSucceeded, payrouter.StatusRequiresCapture:
+	case payrouter.StatusSucceeded, payrouter.StatusRequiresCapture, payrouter.StatusVoided, payrouter.StatusRefunded:
+		// Voided and refunded: a charge approved, then changed, asked for again by its key.
 		return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, viewOf(ch))
 	case payrouter.StatusProcessing:
 		return jsonAnswer(http.StatusAccepted, echo.MIMEApplicationJSON, viewOf(ch), echo.HeaderLocation, "/charge/"+ch.ID)

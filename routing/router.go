@@ -154,6 +154,9 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
 	defer cancel()
 
+	if prev, done, err := r.existing(ctx, c); err != nil || done {
+		return prev, err
+	}
 	c.Route = route
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
@@ -183,6 +186,35 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		return c, u
 	}
 	return c, nil
+}
+
+// existing looks for a charge stored under c's id before: its request's instance died mid-call,
+// and the Idempotency-Key it was sent with was free again (charge ids derive from the key). Such
+// a charge may have been approved, so it is answered as it stands (looked up at its gateway
+// first when still processing) and nothing is sent: done is true. One that no gateway took
+// (failed) is run again, its attempts numbered on from the last, so no reference is reused.
+// The same key with another amount or currency is a mismatch.
+func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
+	prev, err = r.charges.Charge(ctx, c.ID)
+	switch {
+	case errors.Is(err, payrouter.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, fmt.Errorf("looking for an earlier charge %s: %w", c.ID, err)
+	case prev.Amount != c.Amount || prev.Currency != c.Currency:
+		return nil, true, payrouter.Errorf(payrouter.EMismatch, "charge %s was asked for with another amount or currency", c.ID)
+	case prev.Status == payrouter.StatusFailed:
+		c.Attempts = prev.Attempts
+		return nil, false, nil
+	}
+	r.log.Warn("charge.asked_again", "charge_id", c.ID, "status", prev.Status,
+		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+	if prev.Status == payrouter.StatusProcessing {
+		if _, err := r.resolveProcessing(ctx, prev); err != nil {
+			r.log.Warn("charge.store_failed", "charge_id", prev.ID, "err", err)
+		}
+	}
+	return prev, true, nil
 }
 
 // chargeRun is one charge on its way through its candidate gateways.

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -314,4 +315,57 @@ func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
 	if b := f.dom.Breaker("paywell", payrouter.OpCharge).Snapshot(); b.Counts.Failures != 0 {
 		t.Errorf("a store failure counted against paywell's breaker: %+v", b.Counts)
 	}
+}
+
+// TestChargeAskedAgainAfterItsInstanceDied: the instance running a charge died mid-call, its
+// Idempotency-Key came free, and the storefront sent the charge again: the same key gives the
+// same charge id, so the charge the gateway may have approved is answered, never sent twice.
+func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
+	t.Run("stopped mid-call, approved meanwhile", func(t *testing.T) {
+		f := newFixture(t)
+		first := newCharge()
+		first.Status, first.Gateway, first.Reference = payrouter.StatusProcessing, "paywell", payrouter.AttemptReference(first.ID, 1)
+		if err := f.store.SaveCharge(t.Context(), first); err != nil {
+			t.Fatal(err)
+		}
+		f.gw["paywell"].status = foundIt
+		c, err := f.router.Charge(t.Context(), newCharge())
+		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
+			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
+		}
+		for _, g := range f.gw {
+			for _, call := range g.calls {
+				if strings.HasPrefix(call, "authorize:") {
+					t.Errorf("gateway called again: %s", call)
+				}
+			}
+		}
+	})
+	t.Run("no gateway took it: run again with new references", func(t *testing.T) {
+		f := newFixture(t)
+		first := newCharge()
+		first.Status = payrouter.StatusFailed
+		first.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeUnavailable, Reference: payrouter.AttemptReference(first.ID, 1)}}
+		if err := f.store.SaveCharge(t.Context(), first); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.router.Charge(t.Context(), newCharge())
+		if err != nil || c.Status != payrouter.StatusSucceeded {
+			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
+		}
+		if want := []string{"authorize:ch_test-a2"}; !equal(f.gw["paywell"].calls, want) {
+			t.Errorf("paywell calls %v; want %v (a reference not used before)", f.gw["paywell"].calls, want)
+		}
+	})
+	t.Run("same key, another amount", func(t *testing.T) {
+		f := newFixture(t)
+		first := newCharge()
+		first.Status, first.Amount = payrouter.StatusSucceeded, 5
+		if err := f.store.SaveCharge(t.Context(), first); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.router.Charge(t.Context(), newCharge()); payrouter.Code(err) != payrouter.EMismatch {
+			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
+		}
+	})
 }
