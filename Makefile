@@ -23,14 +23,19 @@ run-fleet: build ## start redis-server, the simulated gateways and two payrouter
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, every Go test with -race (unit, conformance, e2e), then the contract suite: core on the in-memory store, all of it on Redis
+test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, e2e, the dashboard check), then the contract suite: core on the in-memory store, all of it on Redis
 	$(GO) vet ./...
+	bash scripts/check-alerts.sh
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@if [[ -f ../shared/contract/run.sh ]]; then \
 		bash ../shared/contract/run.sh core && bash ../shared/contract/run.sh all; \
 	else \
 		echo "contract suite not found at ../shared/contract: skipped"; \
 	fi
+
+.PHONY: alerts
+alerts: ## promtool check rules and the alert rules' unit tests (configs/prometheus)
+	bash scripts/check-alerts.sh
 
 .PHONY: contract
 contract: ## only the black-box contract suite: core on the in-memory store, then core and fleet on Redis

@@ -24,6 +24,7 @@ type Metrics struct {
 	breakerFailures    *prometheus.CounterVec
 	breakerTransitions *prometheus.CounterVec
 	breakerRejections  *prometheus.CounterVec
+	breakerInfo        *breakerInfo
 	gatewayDuration    *prometheus.HistogramVec
 	bulkheadInFlight   *prometheus.GaugeVec
 	bulkheadCapacity   *prometheus.GaugeVec
@@ -64,6 +65,7 @@ func NewMetrics() *Metrics {
 			Name: "circuit_breaker_rejections_total",
 			Help: "Calls refused without a network call because the breaker was open.",
 		}, []string{"gateway", "operation"}),
+		breakerInfo: newBreakerInfo(),
 		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_gateway_request_duration_seconds",
 			Help:    "Duration of gateway calls, by outcome.",
@@ -132,7 +134,7 @@ func NewMetrics() *Metrics {
 	m.queueDepth.WithLabelValues(TaskQueue)
 	reg.MustRegister(m.stateStoreUp, m.probeUp, m.probes, m.probeDuration,
 
-		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections,
+		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
 		m.charges, m.fallbacks, m.hedges, m.queueDepth, m.reconciled, m.httpDuration,
 		collectors.NewGoCollector(),
@@ -226,10 +228,6 @@ func (m *Metrics) HTTPRequest(route string, code int, d time.Duration) {
 func (m *Metrics) StateStoreUp(up bool) {
 	if up {
 		m.stateStoreUp.Set(1)
-	for _, r := range []string{"won_primary", "won_hedge", "voided"} {
-		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
-	}
-	m.queueDepth.WithLabelValues(TaskQueue)
 	} else {
 		m.stateStoreUp.Set(0)
 	}

@@ -33,6 +33,7 @@ var transitionEvents = map[resilience.State]string{
 
 // BreakerTransition counts the change and logs it: at warning level when a breaker opens.
 func (o *Observer) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, counts resilience.Counts) {
+	o.breakerLeftClosed(gateway, op, from, to, time.Now())
 	o.Metrics.BreakerTransition(gateway, op, from, to, counts)
 	level := slog.LevelInfo
 	if to == resilience.StateOpen {

@@ -174,6 +174,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 	a.closers = append(a.closers, a.domains.Close)
 	for _, s := range a.domains.Snapshots() {
 		a.metrics.InitBreaker(s.Gateway, s.Operation, s.State)
+		a.metrics.BreakerCooldown(s.Gateway, s.Operation, cooldowns[s.Gateway])
 	}
 
 	if err := a.openStore(ctx); err != nil {
