@@ -1,0 +1,1994 @@
+package httpapi_test
+
+// The OpenAPI check: api/openapi.yaml against the real handlers. TestOpenAPI drives the
+// storefront and admin handlers, over the real router, guards, adapters and simulated gateways,
+// through every documented operation and answer, and validates each response against the spec;
+// then it checks the reverse, that every documented answer, header, problem type and field was
+// produced. The validator covers the subset of JSON Schema the spec keeps to (the spec is linted
+// against that subset first, so a keyword it does not know fails instead of being ignored).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/config"
+	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/gateways"
+	"github.com/payrouter/payrouter/gateways/ding/dingsim"
+	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
+	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/httpapi"
+	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/telemetry"
+)
+
+const (
+	specFile = "../api/openapi.yaml"
+	// The spec's servers: which listener a path is served on.
+	storefrontURL = "http://localhost:8080"
+	adminURL      = "http://127.0.0.1:9090"
+)
+
+// specNotProduced lists the documented answers ("METHOD /path STATUS") this in-process test
+// cannot produce, each with why: they need a real outage. It is empty: the state store outage
+// behind readyz 503 and the 500s is a store that stops answering, the gateway outages are
+// simulated gateways told to refuse or to hang. Add to it only what truly cannot be produced.
+var specNotProduced = map[string]string{}
+
+// specFieldsNotProduced is the same for documented fields ("Schema.field").
+var specFieldsNotProduced = map[string]string{}
+
+// ignoredHeaders are HTTP's own framing headers, which the spec does not document.
+var ignoredHeaders = map[string]bool{
+	"Content-Type": true, "Content-Length": true, "Date": true, "Content-Encoding": true, "Transfer-Encoding": true,
+}
+
+func TestOpenAPI(t *testing.T) {
+	spec := loadSpec(t)
+	cov := newCoverage()
+	st := newSpecStack(t, spec, cov, fallback.Queue, fallback.Degrade)
+	alt := newSpecStack(t, spec, cov, fallback.Fail, fallback.Fail)
+	chargeBody := func(amount int, token string, extra string) string {
+		return fmt.Sprintf(`{"amount":%d,"currency":"USD","payment_method":{"type":"card","token":%q}%s}`, amount, token, extra)
+	}
+	ops := []string{"capture", "void", "refund"}
+
+	t.Run("health and metrics", func(t *testing.T) {
+		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/healthz"}), 200)
+		st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/healthz"}), 200)
+		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 200)
+		st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/metrics"}), 200)
+	})
+
+	t.Run("the state store stops answering", func(t *testing.T) {
+		st.store.down.Store(true)
+		defer st.store.down.Store(false)
+		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 503)
+		st.expect(t, st.charge(t, "down-1", chargeBody(1000, "tok_visa", "")), 500)
+		st.expect(t, st.get(t, "/charge/ch_nothing"), 500)
+		for _, op := range ops {
+			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "down-"+op, ""), 500)
+		}
+		st.expect(t, st.get(t, "/refund/re_nothing"), 500)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
+		for _, action := range breakerActions {
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 500)
+		}
+	})
+
+	t.Run("charges, captures, voids and refunds", func(t *testing.T) {
+		full := chargeBody(1999, "tok_visa", `,"country":"MY","customer_id":"cus_123","description":"order 42","capture":true,"metadata":{"order":"42"}`)
+		a := st.expect(t, st.charge(t, "full-1", full), 201)
+		captured := a.str("id")
+		st.expect(t, st.get(t, "/charge/"+captured), 200)
+		st.expect(t, st.charge(t, "full-1", chargeBody(2000, "tok_visa", "")), 422)
+
+		authorized := []string{}
+		for i := range 4 {
+			authorized = append(authorized, st.newCharge(t, fmt.Sprintf("auth-%d", i), false))
+		}
+		st.expect(t, st.post(t, "/charge/"+authorized[0]+"/capture", "cap-1", ""), 200)
+		st.expect(t, st.post(t, "/charge/"+authorized[0]+"/capture", "cap-2", `{}`), 409)
+		st.expect(t, st.post(t, "/charge/"+authorized[1]+"/capture", "cap-1", ""), 422)
+		st.expect(t, st.post(t, "/charge/"+authorized[1]+"/void", "void-1", ""), 200)
+		st.expect(t, st.post(t, "/charge/"+authorized[1]+"/void", "void-2", ""), 409)
+		st.expect(t, st.post(t, "/charge/"+authorized[2]+"/void", "void-1", ""), 422)
+
+		r := st.expect(t, st.post(t, "/charge/"+captured+"/refund", "ref-1", `{"amount":500}`), 201)
+		st.expect(t, st.get(t, "/refund/"+r.str("id")), 200)
+		st.expect(t, st.post(t, "/charge/"+captured+"/refund", "ref-1", `{"amount":600}`), 422)
+		st.expect(t, st.post(t, "/charge/"+captured+"/refund", "ref-2", `{"amount":100000}`), 409)
+		st.expect(t, st.post(t, "/charge/"+authorized[3]+"/refund", "ref-3", ""), 409)
+		st.expect(t, st.get(t, "/charge/"+captured), 200) // amount_refunded
+
+		for _, op := range ops {
+			st.expect(t, st.post(t, "/charge/ch_nope/"+op, "nope-"+op, ""), 404)
+		}
+		st.expect(t, st.get(t, "/charge/ch_nope"), 404)
+		st.expect(t, st.get(t, "/refund/re_nope"), 404)
+	})
+
+	t.Run("requests refused before any gateway", func(t *testing.T) {
+		id := st.newCharge(t, "refused-1", true)
+		auths := []string{"none", "Bearer wrong-key", "Basic a2V5LXNwZWM6"}
+		for _, auth := range auths {
+			st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge", key: "k", body: chargeBody(100, "tok_visa", ""), auth: auth}), 401)
+			st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/charge/" + id, auth: auth}), 401)
+			st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/refund/re_x", auth: auth}), 401)
+			for _, op := range ops {
+				st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge/" + id + "/" + op, key: "k", auth: auth}), 401)
+			}
+		}
+		for _, body := range []string{
+			chargeBody(100, "tok_visa", `,"extra":1`),
+			`{"amount":"100","currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`,
+			`{"amount":100,"currency":"USD","payment_method":{"type":"card","number":"4242424242424242"}}`,
+			`{"amount":100}{}`,
+			chargeBody(100, "tok_visa", `,"gateway":"stripe"`),
+		} {
+			st.expect(t, st.charge(t, "bad-body", body), 400)
+		}
+		st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge", body: chargeBody(100, "tok_visa", "")}), 400)
+		huge := `{"description":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`
+		st.expect(t, st.charge(t, "big", huge), 413)
+		st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge", key: "text", body: "{}", contentType: "text/plain"}), 415)
+		for _, op := range ops {
+			path := "/charge/" + id + "/" + op
+			st.expect(t, st.send(t, st.api, specCall{method: "POST", path: path}), 400) // no Idempotency-Key
+			st.expect(t, st.post(t, path, "bad-"+op, `{"surprise":true}`), 400)
+			st.expect(t, st.post(t, path, "big-"+op, huge), 413)
+			st.expect(t, st.send(t, st.api, specCall{method: "POST", path: path, key: "text-" + op, body: "{}", contentType: "text/plain"}), 415)
+		}
+		st.expect(t, st.post(t, "/charge/"+id+"/refund", "zero", `{"amount":0}`), 400)
+	})
+
+	t.Run("a declined card", func(t *testing.T) {
+		p := st.expect(t, st.charge(t, "decline-1", chargeBody(1300, sim.DeclineToken, "")), 402)
+		st.expect(t, st.get(t, "/charge/"+p.str("charge_id")), 200) // decline_code
+	})
+
+	t.Run("an outcome not known yet, then a stale look-up", func(t *testing.T) {
+		defer st.resetBreakers(t)
+		h := st.hold(t, "paywell", func(*http.Request) bool { return true })
+		a := st.expect(t, st.charge(t, "slow-1", chargeBody(1700, "tok_visa", "")), 202)
+		st.expect(t, st.get(t, "/charge/"+a.str("id")), 200) // stale: paywell is asked and does not answer
+		h.open()
+		st.expect(t, st.get(t, "/charge/"+a.str("id")), 200)
+	})
+
+	t.Run("a timeout resolved as not processed, then failover", func(t *testing.T) {
+		defer st.resetBreakers(t)
+		st.hold(t, "paywell", paywellChargeCall) // never opened: paywell never sees the charge
+		a := st.expect(t, st.charge(t, "resolved-1", chargeBody(1800, "tok_visa", "")), 201)
+		if !strings.Contains(string(a.body), `"resolved":"not_found"`) {
+			t.Errorf("want paywell's attempt resolved not_found: %s", a.body)
+		}
+	})
+
+	t.Run("a hedge wins and the slow approval is voided", func(t *testing.T) {
+		defer st.resetBreakers(t)
+		// ding, first on the hedged route, approves only after 700ms: paywell, started as a hedge
+		// after 50ms, approves first and ding's late approval is voided.
+		st.doors["ding"].set(delay(dingChargeCall, 700*time.Millisecond))
+		a := st.expect(t, st.charge(t, "hedge-1", `{"amount":2500,"currency":"EUR","payment_method":{"type":"card","token":"tok_visa"}}`), 201)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			g := st.expect(t, st.get(t, "/charge/"+a.str("id")), 200)
+			if strings.Contains(string(g.body), `"voided":true`) && strings.Contains(string(g.body), `"hedge":true`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the hedge's loser was never shown voided: %s", g.body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	t.Run("a request with the same key still in flight", func(t *testing.T) {
+		authorized := []string{st.newCharge(t, "inflight-a", false), st.newCharge(t, "inflight-b", false)}
+		captured := st.newCharge(t, "inflight-c", true)
+		cases := []struct{ path, body, match string }{
+			{"/charge", chargeBody(1100, "tok_visa", ""), "charge"},
+			{"/charge/" + authorized[0] + "/capture", "", "post"},
+			{"/charge/" + authorized[1] + "/void", "", "post"},
+			{"/charge/" + captured + "/refund", `{"amount":100}`, "post"},
+		}
+		for i, tc := range cases {
+			match := anyPost
+			if tc.match == "charge" {
+				match = paywellChargeCall
+			}
+			h := st.hold(t, "paywell", match)
+			key := fmt.Sprintf("inflight-%d", i)
+			first := make(chan specAnswer, 1)
+			go func() { first <- st.post(t, tc.path, key, tc.body) }()
+			select {
+			case <-h.arrived:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: the first request never reached paywell", tc.path)
+			}
+			st.expect(t, st.post(t, tc.path, key, tc.body), 409)
+			h.open()
+			st.doors["paywell"].set(nil)
+			if a := <-first; a.status >= 300 {
+				t.Errorf("%s: the first request answered %d %s", tc.path, a.status, a.body)
+			}
+		}
+	})
+
+	t.Run("the gateway refuses our requests as malformed", func(t *testing.T) {
+		defer st.doors["paywell"].set(nil)
+		authorized := []string{st.newCharge(t, "malformed-a", false), st.newCharge(t, "malformed-b", false)}
+		captured := st.newCharge(t, "malformed-c", true)
+		st.doors["paywell"].set(refuse(anyPost))
+		st.expect(t, st.charge(t, "malformed-1", chargeBody(1200, "tok_visa", "")), 502)
+		st.expect(t, st.post(t, "/charge/"+authorized[0]+"/capture", "malformed-2", ""), 502)
+		st.expect(t, st.post(t, "/charge/"+authorized[1]+"/void", "malformed-3", ""), 502)
+		st.expect(t, st.post(t, "/charge/"+captured+"/refund", "malformed-4", ""), 502)
+		refunds := st.store.refundsOf(captured)
+		if len(refunds) != 1 {
+			t.Fatalf("refunds of %s: %v, want the failed one", captured, refunds)
+		}
+		st.expect(t, st.get(t, "/refund/"+refunds[0]), 200) // failed, with failure_reason
+	})
+
+	t.Run("breakers forced open through the admin API", func(t *testing.T) {
+		defer st.resetBreakers(t)
+		for _, gw := range []string{"paywell", "ding"} {
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/"+gw+"/charge/force-open"), 200)
+		}
+		p := st.expect(t, st.charge(t, "forced-1", chargeBody(1400, "tok_visa", "")), 503)
+		if !strings.Contains(string(p.body), `{"gateway":"paywell","outcome":"breaker_open","duration_ms":0}`) {
+			t.Errorf("want paywell passed as breaker_open: %s", p.body)
+		}
+		st.expect(t, st.adminGet(t, st.admin, "/admin/breakers"), 200)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/force-close"), 200)
+		st.expect(t, st.charge(t, "forced-2", chargeBody(1400, "tok_visa", "")), 201)
+	})
+
+	t.Run("a breaker tripped by an outage", func(t *testing.T) {
+		defer st.resetBreakers(t)
+		st.sims["paywell"].SetBehavior(sim.Behavior{Mode: sim.ModeUnavailable})
+		defer st.sims["paywell"].SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
+		pinned := chargeBody(1500, "tok_visa", `,"gateway":"paywell"`)
+		for i := range 3 {
+			st.expect(t, st.charge(t, fmt.Sprintf("trip-%d", i), pinned), 503)
+		}
+		p := st.expect(t, st.charge(t, "trip-open", pinned), 503)
+		if p.str("open_until") == "" {
+			t.Errorf("a breaker open by a trip: want open_until: %s", p.body)
+		}
+		st.expect(t, st.adminGet(t, st.admin, "/admin/breakers"), 200)
+
+		authorized := []string{st.newChargeAt(t, "trip-a", "ding", false), st.newChargeAt(t, "trip-b", "ding", false)}
+		captured := st.newChargeAt(t, "trip-c", "ding", true)
+		st.sims["ding"].SetBehavior(sim.Behavior{Mode: sim.ModeUnavailable})
+		defer st.sims["ding"].SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
+		st.expect(t, st.post(t, "/charge/"+authorized[0]+"/capture", "trip-capture", ""), 503)
+		st.expect(t, st.post(t, "/charge/"+authorized[1]+"/void", "trip-void", ""), 503)
+		q := st.expect(t, st.post(t, "/charge/"+captured+"/refund", "trip-refund", ""), 202)
+		st.expect(t, st.get(t, "/refund/"+q.str("id")), 200) // queued
+	})
+
+	t.Run("fallbacks that fail", func(t *testing.T) {
+		defer alt.resetBreakers(t)
+		captured := alt.newCharge(t, "alt-1", true)
+		h := alt.hold(t, "paywell", func(*http.Request) bool { return true })
+		a := alt.expect(t, alt.charge(t, "alt-slow", chargeBody(1600, "tok_visa", "")), 202)
+		alt.expect(t, alt.get(t, "/charge/"+a.str("id")), 503)
+		h.open()
+		alt.doors["paywell"].set(nil)
+		alt.sims["paywell"].SetBehavior(sim.Behavior{Mode: sim.ModeUnavailable})
+		defer alt.sims["paywell"].SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
+		alt.expect(t, alt.post(t, "/charge/"+captured+"/refund", "alt-refund", ""), 503)
+	})
+
+	t.Run("admin", func(t *testing.T) {
+		st.expect(t, st.adminGet(t, st.admin, "/admin/breakers"), 200)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/gateways"), 200)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded&limit=5"), 200)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=processing"), 200)
+		for _, q := range []string{"", "?status=pending", "?status=succeeded&limit=0", "?status=succeeded&limit=ten"} {
+			st.expect(t, st.adminGet(t, st.admin, "/admin/charges"+q), 400)
+		}
+		for _, action := range breakerActions {
+			path := "/admin/breakers/paywell/capture/" + action
+			st.expect(t, st.adminPost(t, st.admin, path), 200)
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/stripe/charge/"+action), 404)
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/settle/"+action), 404)
+			// With a shared state store that does not answer, the change applies here, says so.
+			w := st.expect(t, st.adminPost(t, st.adminFleet, path), 200)
+			if w.header.Get("Warning") == "" {
+				t.Errorf("%s with the shared store away: no Warning", path)
+			}
+		}
+		reads := []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded"}
+		for _, auth := range []string{"none", "Bearer key-spec", "Bearer wrong"} {
+			for _, path := range reads {
+				st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: path, auth: auth}), 401)
+				st.expect(t, st.send(t, st.adminOff, specCall{method: "GET", path: path, auth: auth}), 403)
+			}
+			for _, action := range breakerActions {
+				path := "/admin/breakers/paywell/charge/" + action
+				st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: path, auth: auth}), 401)
+				st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: path, auth: auth}), 403)
+			}
+		}
+	})
+
+	t.Run("every documented answer, header, problem type and field is produced", func(t *testing.T) {
+		cov.verify(t, spec)
+	})
+}
+
+// TestOpenAPIValidator proves the validator catches what it is for, on the real spec: a response
+// that strays from it in any way, and a spec with a typo.
+func TestOpenAPIValidator(t *testing.T) {
+	data, err := os.ReadFile(specFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := parseOpenAPI(data)
+	if err != nil {
+		t.Fatalf("%s: %v", specFile, err)
+	}
+	const charge = `{"id":"ch_ABC","status":"succeeded","amount":1999,"currency":"USD","gateway":"paywell",` +
+		`"gateway_reference":"ch_x","attempts":[{"gateway":"paywell","outcome":"succeeded","duration_ms":3}],"created_at":"2026-11-30T12:00:00Z"}`
+	getCharge := func(status int, body string, header ...string) exchange {
+		h := http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_1"}}
+		for i := 0; i+1 < len(header); i += 2 {
+			if header[i+1] == "" {
+				h.Del(header[i])
+			} else {
+				h.Set(header[i], header[i+1])
+			}
+		}
+		return exchange{server: storefrontURL, method: "GET", path: "/charge/ch_ABC", status: status, header: h, body: []byte(body)}
+	}
+	if errs := spec.check(getCharge(200, charge), nil); len(errs) > 0 {
+		t.Fatalf("a valid charge is refused: %v", errs)
+	}
+	cases := []struct {
+		name string
+		ex   exchange
+		want string
+	}{
+		{"an undocumented field", getCharge(200, strings.Replace(charge, `"id"`, `"surprise":1,"id"`, 1)), "surprise"},
+		{"an undocumented field in a nested object", getCharge(200, strings.Replace(charge, `"duration_ms":3`, `"duration_ms":3,"retries":2`, 1)), "retries"},
+		{"a required field missing", getCharge(200, strings.Replace(charge, `,"created_at":"2026-11-30T12:00:00Z"`, "", 1)), "created_at"},
+		{"a wrong type", getCharge(200, strings.Replace(charge, `"amount":1999`, `"amount":"1999"`, 1)), "amount"},
+		{"a fraction for an integer", getCharge(200, strings.Replace(charge, `"amount":1999`, `"amount":19.99`, 1)), "amount"},
+		{"a value outside its enum", getCharge(200, strings.Replace(charge, `"succeeded","amount"`, `"done","amount"`, 1)), "status"},
+		{"null where no null is documented", getCharge(200, strings.Replace(charge, `"currency":"USD"`, `"currency":null`, 1)), "currency"},
+		{"a malformed date-time", getCharge(200, strings.Replace(charge, "2026-11-30T12:00:00Z", "yesterday", 1)), "created_at"},
+		{"an undocumented status", getCharge(418, `{}`), "418"},
+		{"an undocumented header", getCharge(200, charge, "X-Debug", "1"), "X-Debug"},
+		{"a required header missing", getCharge(200, charge, "X-Request-Id", ""), "X-Request-Id"},
+		{"an undocumented content type", getCharge(200, charge, "Content-Type", "text/html"), "text/html"},
+		{"a problem type not documented for the status", getCharge(404,
+			`{"type":"/problems/unauthorized","title":"t","status":404,"detail":"d"}`, "Content-Type", "application/problem+json"), "unauthorized"},
+		{"a problem whose status is not the answer's", getCharge(404,
+			`{"type":"/problems/not-found","title":"t","status":400,"detail":"d"}`, "Content-Type", "application/problem+json"), "status"},
+		{"an undocumented path", exchange{server: storefrontURL, method: "GET", path: "/charges", status: 200,
+			header: http.Header{"X-Request-Id": {"r"}}}, "/charges"},
+		{"an admin path on the storefront", exchange{server: storefrontURL, method: "GET", path: "/admin/breakers", status: 200,
+			header: http.Header{"X-Request-Id": {"r"}}}, "/admin/breakers"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := spec.check(tc.ex, nil)
+			if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, tc.want) }) {
+				t.Errorf("want an error naming %q, got %q", tc.want, errs)
+			}
+		})
+	}
+
+	// A typo in the spec fails the test: in a field's name (the real field becomes undocumented),
+	// in a keyword (the subset does not know it), in a required list, in a $ref.
+	typos := []struct{ name, from, to, want string }{
+		{"a field's name", "        gateway_reference: {type: string", "        gateway_referense: {type: string", "gateway_reference"},
+		{"a keyword", "      required: [id, status, amount, currency, attempts, created_at]", "      requried: [id, status, amount, currency, attempts, created_at]", "requried"},
+		{"a required list", "      required: [id, status, amount, currency, attempts, created_at]", "      required: [id, status, amount, currency, attempts, created]", "created"},
+		{"a $ref", "schema: {$ref: '#/components/schemas/Charge'}", "schema: {$ref: '#/components/schemas/Charges'}", "Charges"},
+		{"additionalProperties", "    Charge:\n      type: object\n      required: [id, status, amount, currency, attempts, created_at]\n      additionalProperties: false\n",
+			"    Charge:\n      type: object\n      required: [id, status, amount, currency, attempts, created_at]\n      additionalProperties: flase\n", "additionalProperties"},
+	}
+	for _, tc := range typos {
+		t.Run("a typo in "+tc.name, func(t *testing.T) {
+			if !bytes.Contains(data, []byte(tc.from)) {
+				t.Fatalf("the spec no longer holds %q; update this test", tc.from)
+			}
+			bad, err := parseOpenAPI(bytes.Replace(data, []byte(tc.from), []byte(tc.to), 1))
+			var errs []string
+			if err != nil {
+				errs = []string{err.Error()}
+			} else {
+				errs = bad.check(getCharge(200, charge), nil)
+			}
+			if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, tc.want) }) {
+				t.Errorf("want the typo caught (naming %q), got %q", tc.want, errs)
+			}
+		})
+	}
+}
+
+// TestOpenAPIDocumentsEveryRoute checks routes.go against the spec both ways: every route of
+// either listener is documented, on the right server, and every documented operation is a route.
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	spec := loadSpec(t)
+	deps := httpapi.Deps{Metrics: telemetry.NewMetrics()}
+	listeners := []struct {
+		url string
+		h   http.Handler
+	}{{storefrontURL, httpapi.NewServer(deps)}, {adminURL, httpapi.NewAdminServer(deps)}}
+	for _, l := range listeners {
+		var routes []*echo.Route
+		for _, r := range l.h.(*echo.Echo).Routes() {
+			if slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, r.Method) && !strings.Contains(r.Path, "*") {
+				routes = append(routes, r)
+			}
+		}
+		for _, r := range routes {
+			documented := false
+			for _, p := range spec.paths {
+				if _, ok := p.item[strings.ToLower(r.Method)]; ok && slices.Contains(p.servers, l.url) && routeMatches(r.Path, p.segs) {
+					documented = true
+				}
+			}
+			if !documented {
+				t.Errorf("%s: route %s %s is not in %s", l.url, r.Method, r.Path, specFile)
+			}
+		}
+		for _, p := range spec.paths {
+			if !slices.Contains(p.servers, l.url) {
+				continue
+			}
+			for _, m := range httpMethods {
+				if _, ok := p.item[m]; ok && !slices.ContainsFunc(routes, func(r *echo.Route) bool {
+					return strings.EqualFold(r.Method, m) && routeMatches(r.Path, p.segs)
+				}) {
+					t.Errorf("%s: %s %s is documented but no route serves it", l.url, strings.ToUpper(m), p.template)
+				}
+			}
+		}
+	}
+}
+
+// routeMatches reports whether an echo route path (":name" parameters) serves a spec template's
+// segments ("{name}" parameters or literals).
+func routeMatches(route string, segs []string) bool {
+	rs := strings.Split(strings.Trim(route, "/"), "/")
+	if len(rs) != len(segs) {
+		return false
+	}
+	for i, s := range rs {
+		if !strings.HasPrefix(s, ":") && s != segs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- the stack under test ----------------------------------------------------------------
+
+var breakerActions = []string{"force-open", "force-close", "reset"}
+
+// specStack is payrouter wired as `payrouter serve` wires it, from a configuration file, over
+// simulated gateways (paywell, then ding) each behind a front door the test can make hold,
+// delay or refuse calls, and a state store the test can make stop answering.
+type specStack struct {
+	spec   *openAPI
+	cov    *coverage
+	sims   map[string]*sim.Server
+	doors  map[string]*frontDoor
+	store  *flakyStore
+	client *http.Client
+	// The listeners: the storefront; the admin API with a token; the admin API with none
+	// configured; the admin API of an instance whose shared state store does not answer.
+	api, admin, adminOff, adminFleet *specServer
+	requests                         atomic.Int64
+	mu                               sync.Mutex
+	holds                            []*hold
+}
+
+type specServer struct {
+	ts    *httptest.Server
+	url   string // the spec's server this listener is
+	token string // the credential sent unless a call says otherwise
+}
+
+func newSpecStack(t *testing.T, spec *openAPI, cov *coverage, refundFallback, statusFallback fallback.Policy) *specStack {
+	t.Helper()
+	st := &specStack{
+		spec: spec, cov: cov,
+		sims:   map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()},
+		doors:  map[string]*frontDoor{},
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}},
+	}
+	urls := map[string]string{}
+	for _, name := range []string{"paywell", "ding"} {
+		st.doors[name] = &frontDoor{next: st.sims[name]}
+		srv := httptest.NewServer(st.doors[name])
+		t.Cleanup(func() {
+			st.openHolds()
+			srv.CloseClientConnections()
+			srv.Close()
+			st.sims[name].Close()
+		})
+		urls[name] = srv.URL
+	}
+	cfgText := fmt.Sprintf(`
+request_timeout: 3s
+auth:
+  api_keys: ["key-spec"]
+  admin_token: "admin-spec"
+gateways:
+  paywell:
+    kind: paywell
+    base_url: %q
+    credentials: {api_key: pw_test}
+    timeout: 500ms
+    max_concurrent: 8
+    operations:
+      status: {timeout: 400ms}
+    breaker: {consecutive_failures: 3, cooldown: 1m}
+  ding:
+    kind: ding
+    base_url: %q
+    credentials: {api_key: ding_test}
+    timeout: 2s
+    max_concurrent: 8
+    breaker: {consecutive_failures: 3, cooldown: 1m}
+routes:
+  - name: hedged
+    match: {currency: [EUR]}
+    gateways: [ding, paywell]
+    hedge: {after: 50ms, budget: 1}
+  - name: default
+    gateways: [paywell, ding]
+fallbacks:
+  charge: fail
+  refund: %s
+  status: %s
+`, urls["paywell"], urls["ding"], refundFallback, statusFallback)
+	cfg, err := config.Parse([]byte(cfgText), nil, gateways.Kinds())
+	if err != nil {
+		t.Fatalf("configuration: %v", err)
+	}
+
+	metrics := telemetry.NewMetrics()
+	log := slog.New(slog.DiscardHandler)
+	settings := gatewaySettings(cfg)
+	cooldowns := map[string]time.Duration{}
+	for _, name := range cfg.GatewayNames {
+		cooldowns[name] = cfg.Gateways[name].Breaker.Cooldown
+		metrics.InitBulkhead(name, cfg.Gateways[name].MaxConcurrent)
+	}
+	domains := resilience.NewDomains(settings, telemetry.NewObserver(metrics, log, cooldowns))
+	t.Cleanup(domains.Close)
+	adapters := map[string]payrouter.Gateway{}
+	for _, name := range cfg.GatewayNames {
+		g := cfg.Gateways[name]
+		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, domains.Client(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		adapters[name] = gw
+	}
+	st.store = &flakyStore{Store: memstore.New(), refunds: map[string][]string{}}
+	router, err := routing.New(routing.Config{
+		Routes: routesOf(cfg), Gateways: adapters, Domains: domains, Charges: st.store,
+		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
+		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
+		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := httpapi.Deps{
+		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: router, Store: st.store,
+		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(),
+		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
+	}
+	serve := func(h http.Handler, url, token string) *specServer {
+		ts := httptest.NewServer(h)
+		t.Cleanup(ts.Close)
+		return &specServer{ts: ts, url: url, token: token}
+	}
+	st.api = serve(httpapi.NewServer(deps), storefrontURL, "Bearer key-spec")
+	st.admin = serve(httpapi.NewAdminServer(deps), adminURL, "Bearer admin-spec")
+	off := deps
+	off.AdminToken = ""
+	st.adminOff = serve(httpapi.NewAdminServer(off), adminURL, "")
+
+	// Another instance, sharing breakers through a state store that does not answer.
+	fleetDomains := resilience.NewDomains(settings, nil)
+	t.Cleanup(fleetDomains.Close)
+	fleet := resilience.NewFleet(fleetDomains, unreachableFleet{}, resilience.FleetOptions{Timeout: 50 * time.Millisecond, Log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	running.Go(func() { fleet.Run(ctx) })
+	t.Cleanup(func() { cancel(); running.Wait() })
+	shared := deps
+	shared.Domains, shared.Fleet = fleetDomains, fleet
+	st.adminFleet = serve(httpapi.NewAdminServer(shared), adminURL, "Bearer admin-spec")
+	return st
+}
+
+// gatewaySettings turns the configured gateways into resilience's, as serve does.
+func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
+	var out []resilience.GatewaySettings
+	for _, name := range cfg.GatewayNames {
+		g := cfg.Gateways[name]
+		timeouts := map[payrouter.Operation]time.Duration{}
+		for _, op := range payrouter.Operations {
+			timeouts[op] = g.TimeoutFor(string(op))
+		}
+		out = append(out, resilience.GatewaySettings{
+			Name: name, Timeout: g.Timeout, Timeouts: timeouts, MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
+			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
+			Breaker: resilience.BreakerSettings{
+				ConsecutiveFailures: g.Breaker.ConsecutiveFailures, FailuresInWindow: g.Breaker.FailuresInWindow,
+				FailureRate: g.Breaker.FailureRate, MinRequests: g.Breaker.MinRequests, Window: g.Breaker.Window,
+				Cooldown: g.Breaker.Cooldown, HalfOpenRequests: g.Breaker.HalfOpenRequests,
+				OutOfBand: g.Breaker.Probe == config.ProbeOutOfBand,
+			},
+		})
+	}
+	return out
+}
+
+// routesOf turns the configured routes into routing's, as serve does.
+func routesOf(cfg *config.Config) []routing.Route {
+	var out []routing.Route
+	for _, r := range cfg.Routes {
+		rt := routing.Route{
+			Name: r.Name, Gateways: r.Gateways, Strategy: routing.Strategy(r.Strategy),
+			Match: routing.Match{Currency: r.Match.Currency, Country: r.Match.Country, MinAmount: r.Match.MinAmount, MaxAmount: r.Match.MaxAmount},
+		}
+		for _, g := range r.SplitOrder {
+			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
+		}
+		if r.Hedge != nil {
+			after, p95 := r.Hedge.Delay()
+			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
+		}
+		out = append(out, rt)
+	}
+	return out
+}
+
+// specCall is one request. auth "" sends the listener's credential, "none" no Authorization.
+type specCall struct {
+	method, path, body string
+	contentType        string // "" is application/json when there is a body
+	auth               string
+	key                string // Idempotency-Key, "" none
+}
+
+type specAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	obj    map[string]any
+}
+
+// str is a top-level string member of the answer's JSON object, "" when there is none.
+func (a specAnswer) str(name string) string {
+	s, _ := a.obj[name].(string)
+	return s
+}
+
+// send makes one call, validates the answer against the spec and records what it covered. A
+// stored answer (an idempotent POST the server keeps for its key) is sent again and must come
+// back the same, replayed. It only reports with t.Errorf, so it may run on any goroutine.
+func (st *specStack) send(t *testing.T, srv *specServer, c specCall) specAnswer {
+	t.Helper()
+	a, ok := st.roundTrip(t, srv, c)
+	if !ok {
+		return a
+	}
+	stored := map[int]bool{200: true, 201: true, 202: true, 402: true, 502: true}
+	if srv.url == storefrontURL && c.method == "POST" && c.key != "" && stored[a.status] {
+		again, ok := st.roundTrip(t, srv, c)
+		switch {
+		case !ok:
+		case again.status != a.status || !bytes.Equal(again.body, a.body) || again.header.Get("Idempotent-Replayed") != "true" ||
+			again.header.Get("Location") != a.header.Get("Location"):
+			t.Errorf("%s %s again with Idempotency-Key %q: %d %v %s; want the stored %d replayed", c.method, c.path, c.key,
+				again.status, again.header, again.body, a.status)
+		}
+	}
+	return a
+}
+
+func (st *specStack) roundTrip(t *testing.T, srv *specServer, c specCall) (specAnswer, bool) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, srv.ts.URL+c.path, strings.NewReader(c.body))
+	if err != nil {
+		t.Errorf("%s %s: %v", c.method, c.path, err)
+		return specAnswer{}, false
+	}
+	switch {
+	case c.auth == "" && srv.token != "":
+		req.Header.Set("Authorization", srv.token)
+	case c.auth != "" && c.auth != "none":
+		req.Header.Set("Authorization", c.auth)
+	}
+	switch {
+	case c.contentType != "":
+		req.Header.Set("Content-Type", c.contentType)
+	case c.body != "":
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Idempotency-Key", c.key)
+	}
+	// Every other request names itself, to check it is echoed; the others get an id made up.
+	n := st.requests.Add(1)
+	rid := ""
+	if n%2 == 1 {
+		rid = fmt.Sprintf("spec-%d", n)
+		req.Header.Set("X-Request-Id", rid)
+	}
+	resp, err := st.client.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", c.method, c.path, err)
+		return specAnswer{}, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Errorf("%s %s: reading the answer: %v", c.method, c.path, err)
+		return specAnswer{}, false
+	}
+	a := specAnswer{status: resp.StatusCode, header: resp.Header, body: body}
+	_ = json.Unmarshal(body, &a.obj)
+	if got := resp.Header.Get("X-Request-Id"); rid != "" && got != rid {
+		t.Errorf("%s %s: X-Request-Id %q, want the request's %q echoed", c.method, c.path, got, rid)
+	}
+	ex := exchange{server: srv.url, method: c.method, path: c.path, reqBody: []byte(c.body), status: a.status, header: a.header, body: body}
+	for _, e := range st.spec.check(ex, st.cov) {
+		t.Errorf("%s %s -> %d: %s\n\tbody: %s", c.method, c.path, a.status, e, clip(body))
+	}
+	return a, true
+}
+
+// expect fails the test unless the answer has that status.
+func (st *specStack) expect(t *testing.T, a specAnswer, status int) specAnswer {
+	t.Helper()
+	if a.status != status {
+		t.Fatalf("got %d, want %d: %s", a.status, status, clip(a.body))
+	}
+	return a
+}
+
+func (st *specStack) charge(t *testing.T, key, body string) specAnswer {
+	t.Helper()
+	return st.send(t, st.api, specCall{method: "POST", path: "/charge", key: key, body: body})
+}
+
+func (st *specStack) post(t *testing.T, path, key, body string) specAnswer {
+	t.Helper()
+	return st.send(t, st.api, specCall{method: "POST", path: path, key: key, body: body})
+}
+
+func (st *specStack) get(t *testing.T, path string) specAnswer {
+	t.Helper()
+	return st.send(t, st.api, specCall{method: "GET", path: path})
+}
+
+func (st *specStack) adminGet(t *testing.T, srv *specServer, path string) specAnswer {
+	t.Helper()
+	return st.send(t, srv, specCall{method: "GET", path: path})
+}
+
+func (st *specStack) adminPost(t *testing.T, srv *specServer, path string) specAnswer {
+	t.Helper()
+	return st.send(t, srv, specCall{method: "POST", path: path})
+}
+
+// newCharge makes a charge through the route (paywell first) and returns its id: captured, or
+// authorized only.
+func (st *specStack) newCharge(t *testing.T, key string, capture bool) string {
+	t.Helper()
+	return st.newChargeAt(t, key, "", capture)
+}
+
+// newChargeAt is newCharge pinned to a gateway ("" for the route).
+func (st *specStack) newChargeAt(t *testing.T, key, gateway string, capture bool) string {
+	t.Helper()
+	pin := ""
+	if gateway != "" {
+		pin = `,"gateway":"` + gateway + `"`
+	}
+	body := fmt.Sprintf(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"capture":%t%s}`, capture, pin)
+	a := st.expect(t, st.charge(t, key, body), 201)
+	if a.str("id") == "" {
+		t.Fatalf("a charge without an id: %s", a.body)
+	}
+	return a.str("id")
+}
+
+// resetBreakers resets every breaker of both gateways through the admin API, after a scenario
+// that counted failures.
+func (st *specStack) resetBreakers(t *testing.T) {
+	t.Helper()
+	for _, g := range []string{"paywell", "ding"} {
+		st.doors[g].set(nil)
+		for _, op := range payrouter.Operations {
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/"+g+"/"+string(op)+"/reset"), 200)
+		}
+	}
+	st.openHolds()
+}
+
+// hold makes the gateway's front door hold the calls that match until the hold is opened.
+func (st *specStack) hold(t *testing.T, gateway string, match func(*http.Request) bool) *hold {
+	t.Helper()
+	h := &hold{match: match, arrived: make(chan struct{}, 64), release: make(chan struct{})}
+	st.mu.Lock()
+	st.holds = append(st.holds, h)
+	st.mu.Unlock()
+	st.doors[gateway].set(h.hook)
+	return h
+}
+
+func (st *specStack) openHolds() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, h := range st.holds {
+		h.open()
+	}
+}
+
+// frontDoor stands in front of a simulated gateway; a hook may take a call of the gateway's own
+// API over (the control and health endpoints always go through).
+type frontDoor struct {
+	next http.Handler
+	mu   sync.Mutex
+	hook func(w http.ResponseWriter, r *http.Request) (handled bool)
+}
+
+func (d *frontDoor) set(hook func(w http.ResponseWriter, r *http.Request) bool) {
+	d.mu.Lock()
+	d.hook = hook
+	d.mu.Unlock()
+}
+
+func (d *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	hook := d.hook
+	d.mu.Unlock()
+	if hook != nil && !strings.HasPrefix(r.URL.Path, "/_sim/") && r.URL.Path != "/health" && hook(w, r) {
+		return
+	}
+	d.next.ServeHTTP(w, r)
+}
+
+// hold keeps matching calls from the gateway until opened (then they go through) or until the
+// caller gives up (then the gateway never saw them).
+type hold struct {
+	match   func(*http.Request) bool
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *hold) hook(_ http.ResponseWriter, r *http.Request) bool {
+	if !h.match(r) {
+		return false
+	}
+	select {
+	case h.arrived <- struct{}{}:
+	default:
+	}
+	select {
+	case <-h.release:
+		return false
+	case <-r.Context().Done():
+		return true
+	}
+}
+
+func (h *hold) open() { h.once.Do(func() { close(h.release) }) }
+
+// delay holds matching calls for d, then lets them through.
+func delay(match func(*http.Request) bool, d time.Duration) func(http.ResponseWriter, *http.Request) bool {
+	return func(_ http.ResponseWriter, r *http.Request) bool {
+		if !match(r) {
+			return false
+		}
+		select {
+		case <-time.After(d):
+			return false
+		case <-r.Context().Done():
+			return true
+		}
+	}
+}
+
+// refuse answers matching calls as Paywell answers a malformed request (a 400
+// invalid_request_error): the gateway rejected our request, which is neither a decline nor an
+// outage.
+func refuse(match func(*http.Request) bool) func(http.ResponseWriter, *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if !match(r) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"type":"invalid_request_error","code":"parameter_invalid","message":"Refused by the test."}}`)
+		return true
+	}
+}
+
+// paywellChargeCall matches Paywell's create-charge call; anyPost every call but status look-ups.
+func paywellChargeCall(r *http.Request) bool {
+	return r.Method == "POST" && r.URL.Path == "/v1/charges"
+}
+func anyPost(r *http.Request) bool { return r.Method == "POST" }
+
+// dingChargeCall matches Ding's create-transfer call.
+func dingChargeCall(r *http.Request) bool {
+	return r.Method == "POST" && r.URL.Path == "/api/V1/SendTransfer"
+}
+
+// flakyStore is memstore that stops answering while down is set, and remembers the refunds saved
+// for each charge (a refund the gateway refused is answered 502 without its id).
+type flakyStore struct {
+	payrouter.Store
+	down    atomic.Bool
+	mu      sync.Mutex
+	refunds map[string][]string
+}
+
+var errStoreDown = errors.New("state store: connection refused (test)")
+
+func (s *flakyStore) Ping(ctx context.Context) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.Store.Ping(ctx)
+}
+
+func (s *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (*payrouter.IdempotencyRecord, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.Store.Claim(ctx, key, fp, ttl)
+}
+
+func (s *flakyStore) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.Store.Charge(ctx, id)
+}
+
+func (s *flakyStore) ChargesByStatus(ctx context.Context, status payrouter.ChargeStatus, limit int) ([]*payrouter.Charge, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.Store.ChargesByStatus(ctx, status, limit)
+}
+
+func (s *flakyStore) Refund(ctx context.Context, id string) (*payrouter.Refund, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.Store.Refund(ctx, id)
+}
+
+func (s *flakyStore) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.Store.SetForced(ctx, breaker, f)
+}
+
+func (s *flakyStore) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	s.mu.Lock()
+	if !slices.Contains(s.refunds[r.ChargeID], r.ID) {
+		s.refunds[r.ChargeID] = append(s.refunds[r.ChargeID], r.ID)
+	}
+	s.mu.Unlock()
+	return s.Store.SaveRefund(ctx, r)
+}
+
+func (s *flakyStore) refundsOf(chargeID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refunds[chargeID])
+}
+
+// unreachableFleet is a shared breaker store that never answers.
+type unreachableFleet struct{}
+
+var (
+	_            payrouter.FleetBreakers = unreachableFleet{}
+	errFleetDown                         = errors.New("shared state store: connection refused (test)")
+)
+
+func (unreachableFleet) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {
+	return false, payrouter.BreakerCounts{}, errFleetDown
+}
+func (unreachableFleet) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, string) (bool, error) {
+	return false, errFleetDown
+}
+func (unreachableFleet) TakeTrial(context.Context, string, int, time.Duration) (bool, error) {
+	return false, errFleetDown
+}
+func (unreachableFleet) ReturnTrial(context.Context, string) error { return errFleetDown }
+func (unreachableFleet) TrialSucceeded(context.Context, string, int, string) (bool, error) {
+	return false, errFleetDown
+}
+func (unreachableFleet) CloseBreaker(context.Context, string, string) (bool, error) {
+	return false, errFleetDown
+}
+func (unreachableFleet) ForceBreaker(context.Context, string, payrouter.Forced, string) error {
+	return errFleetDown
+}
+func (unreachableFleet) ResetBreaker(context.Context, string, string) error { return errFleetDown }
+func (unreachableFleet) BreakerStates(context.Context, []string) (map[string]payrouter.SharedBreaker, error) {
+	return nil, errFleetDown
+}
+func (unreachableFleet) WatchBreakers(context.Context, func(), func(payrouter.BreakerEvent)) error {
+	return errFleetDown
+}
+
+func clip(b []byte) string {
+	if len(b) > 400 {
+		return string(b[:400]) + "..."
+	}
+	return string(b)
+}
+
+// ---- the spec and its validator ----------------------------------------------------------
+
+// openAPI is the loaded spec: its document and its path templates.
+type openAPI struct {
+	doc   map[string]any
+	paths []pathItem
+}
+
+type pathItem struct {
+	template string
+	segs     []string
+	item     map[string]any
+	servers  []string // the URLs of the servers the path is served on
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+func loadSpec(t *testing.T) *openAPI {
+	t.Helper()
+	data, err := os.ReadFile(specFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := parseOpenAPI(data)
+	if err != nil {
+		t.Fatalf("%s:\n%v", specFile, err)
+	}
+	return spec
+}
+
+// parseOpenAPI reads a spec and lints it: the structure the check relies on, and schemas kept to
+// the subset the validator knows.
+func parseOpenAPI(data []byte) (*openAPI, error) {
+	var raw any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, err
+	}
+	doc, ok := plain(raw).(map[string]any)
+	if !ok {
+		return nil, errors.New("the spec is not a mapping")
+	}
+	o := &openAPI{doc: doc}
+	if errs := o.lint(); len(errs) > 0 {
+		return o, errors.Join(errs...)
+	}
+	return o, nil
+}
+
+// plain turns what YAML decoded into JSON's shapes: maps keyed by strings.
+func plain(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = plain(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = plain(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = plain(e)
+		}
+		return out
+	}
+	return v
+}
+
+// lookup returns the node a local reference ("#/components/...") points to.
+func (o *openAPI) lookup(ref string) (any, bool) {
+	rest, ok := strings.CutPrefix(ref, "#/")
+	if !ok {
+		return nil, false
+	}
+	var node any = o.doc
+	for _, part := range strings.Split(rest, "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		m, ok := node.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if node, ok = m[part]; !ok {
+			return nil, false
+		}
+	}
+	return node, true
+}
+
+// resolve follows $ref from node (whose pointer is ptr) and returns the object it ends at, and
+// that object's pointer.
+func (o *openAPI) resolve(node any, ptr string) (map[string]any, string, error) {
+	for range 10 {
+		m, ok := node.(map[string]any)
+		if !ok {
+			return nil, ptr, fmt.Errorf("%s: not an object", ptr)
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m, ptr, nil
+		}
+		if node, ok = o.lookup(ref); !ok {
+			return nil, ptr, fmt.Errorf("%s: $ref %s points nowhere", ptr, ref)
+		}
+		ptr = ref
+	}
+	return nil, ptr, fmt.Errorf("%s: $ref loop", ptr)
+}
+
+func escapePtr(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func serverURLs(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, s := range list {
+		if m, ok := s.(map[string]any); ok {
+			if u, ok := m["url"].(string); ok {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+// operation is one documented operation, found by walking the spec.
+type operation struct {
+	key      string // "POST /charge"
+	ptr      string
+	op       map[string]any
+	security []string // the names of its security schemes
+}
+
+func (o *openAPI) operations() []operation {
+	var out []operation
+	rootSecurity := o.doc["security"]
+	for _, p := range o.paths {
+		for _, m := range httpMethods {
+			op, ok := p.item[m].(map[string]any)
+			if !ok {
+				continue
+			}
+			sec := rootSecurity
+			if s, ok := op["security"]; ok {
+				sec = s
+			}
+			var names []string
+			list, _ := sec.([]any)
+			for _, req := range list {
+				if rm, ok := req.(map[string]any); ok {
+					names = append(names, sortedKeys(rm)...)
+				}
+			}
+			out = append(out, operation{
+				key: strings.ToUpper(m) + " " + p.template, ptr: "#/paths/" + escapePtr(p.template) + "/" + m,
+				op: op, security: names,
+			})
+		}
+	}
+	return out
+}
+
+// response is one documented response of an operation, resolved.
+type response struct {
+	key  string // "POST /charge 201"
+	ptr  string
+	resp map[string]any
+}
+
+func (o *openAPI) responses(op operation) ([]response, []error) {
+	var out []response
+	var errs []error
+	rs, _ := op.op["responses"].(map[string]any)
+	for _, code := range sortedKeys(rs) {
+		r, ptr, err := o.resolve(rs[code], op.ptr+"/responses/"+code)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, response{key: op.key + " " + code, ptr: ptr, resp: r})
+	}
+	return out, errs
+}
+
+// headers returns a response's documented headers, resolved, by canonical name.
+func (o *openAPI) headers(r response) (map[string]map[string]any, map[string]string, []error) {
+	out, ptrs := map[string]map[string]any{}, map[string]string{}
+	var errs []error
+	hs, _ := r.resp["headers"].(map[string]any)
+	for name, h := range hs {
+		m, ptr, err := o.resolve(h, r.ptr+"/headers/"+escapePtr(name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[http.CanonicalHeaderKey(name)], ptrs[http.CanonicalHeaderKey(name)] = m, ptr
+	}
+	return out, ptrs, errs
+}
+
+// lint checks the structure the check relies on, and every schema against the subset.
+func (o *openAPI) lint() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if v, _ := o.doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
+		add("openapi: %q, want 3.1.x", v)
+	}
+	rootServers := serverURLs(o.doc["servers"])
+	paths, _ := o.doc["paths"].(map[string]any)
+	if len(paths) == 0 {
+		add("paths: none")
+	}
+	for _, tmpl := range sortedKeys(paths) {
+		item, ok := paths[tmpl].(map[string]any)
+		if !ok {
+			add("paths.%s: not an object", tmpl)
+			continue
+		}
+		servers := rootServers
+		if s, ok := item["servers"]; ok {
+			servers = serverURLs(s)
+		}
+		for _, s := range servers {
+			if s != storefrontURL && s != adminURL {
+				add("paths.%s: server %s is neither the storefront (%s) nor the admin API (%s)", tmpl, s, storefrontURL, adminURL)
+			}
+		}
+		for k := range item {
+			if !slices.Contains(httpMethods, k) && !slices.Contains([]string{"servers", "parameters", "summary", "description"}, k) {
+				add("paths.%s: unknown key %q", tmpl, k)
+			}
+		}
+		o.paths = append(o.paths, pathItem{template: tmpl, segs: strings.Split(strings.Trim(tmpl, "/"), "/"), item: item, servers: servers})
+	}
+
+	sl := &schemaLint{o: o, done: map[string]bool{}}
+	lintParams := func(v any, ptr string) {
+		list, _ := v.([]any)
+		for i, p := range list {
+			m, pptr, err := o.resolve(p, fmt.Sprintf("%s/%d", ptr, i))
+			if err != nil {
+				add("%v", err)
+				continue
+			}
+			sl.schema(m["schema"], pptr+"/schema")
+		}
+	}
+	lintContent := func(v any, ptr string) {
+		content, _ := v.(map[string]any)
+		for mt, media := range content {
+			mm, _ := media.(map[string]any)
+			sl.schema(mm["schema"], ptr+"/"+escapePtr(mt)+"/schema")
+		}
+	}
+	ids := map[string]string{}
+	for _, p := range o.paths {
+		lintParams(p.item["parameters"], "#/paths/"+escapePtr(p.template)+"/parameters")
+	}
+	for _, op := range o.operations() {
+		id, _ := op.op["operationId"].(string)
+		if id == "" {
+			add("%s: no operationId", op.key)
+		} else if other, dup := ids[id]; dup {
+			add("%s: operationId %s is %s's too", op.key, id, other)
+		}
+		ids[id] = op.key
+		lintParams(op.op["parameters"], op.ptr+"/parameters")
+		if rb, ok := op.op["requestBody"]; ok {
+			m, ptr, err := o.resolve(rb, op.ptr+"/requestBody")
+			if err != nil {
+				add("%v", err)
+			} else {
+				lintContent(m["content"], ptr+"/content")
+			}
+		}
+		rs, rerrs := o.responses(op)
+		errs = append(errs, rerrs...)
+		if len(rs) == 0 {
+			add("%s: no responses", op.key)
+		}
+		codes := map[string]bool{}
+		for _, r := range rs {
+			code := r.key[strings.LastIndexByte(r.key, ' ')+1:]
+			codes[code] = true
+			if !regexp.MustCompile(`^[1-5][0-9][0-9]$`).MatchString(code) {
+				add("%s: a status must be a three-digit code", r.key)
+			}
+			if d, _ := r.resp["description"].(string); d == "" {
+				add("%s: no description", r.key)
+			}
+			hs, hptrs, herrs := o.headers(r)
+			errs = append(errs, herrs...)
+			if hs["X-Request-Id"] == nil {
+				add("%s: X-Request-Id is not documented; every response carries it", r.key)
+			}
+			for name, h := range hs {
+				sl.schema(h["schema"], hptrs[name]+"/schema")
+			}
+			content, _ := r.resp["content"].(map[string]any)
+			lintContent(r.resp["content"], r.ptr+"/content")
+			types, hasTypes := r.resp["x-problem-types"]
+			problem, isProblem := content["application/problem+json"].(map[string]any)
+			switch {
+			case isProblem && !hasTypes:
+				add("%s: a problem response names its problem types in x-problem-types", r.key)
+			case hasTypes && !isProblem:
+				add("%s: x-problem-types on a response that is not application/problem+json", r.key)
+			case isProblem:
+				s, _, err := o.resolve(problem["schema"], r.ptr+"/content/application~1problem+json/schema")
+				if err != nil {
+					add("%v", err)
+					break
+				}
+				props, _ := s["properties"].(map[string]any)
+				typeSchema, _ := props["type"].(map[string]any)
+				enum, _ := typeSchema["enum"].([]any)
+				list, _ := types.([]any)
+				if len(list) == 0 {
+					add("%s: x-problem-types is empty", r.key)
+				}
+				for _, pt := range list {
+					if !slices.Contains(enum, pt) {
+						add("%s: problem type %v is not in the type enum of its schema", r.key, pt)
+					}
+				}
+			}
+		}
+		switch {
+		case len(op.security) > 0 && !codes["401"]:
+			add("%s: needs credentials but documents no 401", op.key)
+		case len(op.security) == 0 && codes["401"]:
+			add("%s: needs no credentials but documents 401", op.key)
+		}
+		if slices.Contains(op.security, "adminToken") && !codes["403"] {
+			add("%s: an admin operation answers 403 while no admin token is configured", op.key)
+		}
+		for _, name := range op.security {
+			if _, ok := o.lookup("#/components/securitySchemes/" + name); !ok {
+				add("%s: security scheme %s is not defined", op.key, name)
+			}
+		}
+	}
+	comps, _ := o.doc["components"].(map[string]any)
+	schemas, _ := comps["schemas"].(map[string]any)
+	for _, name := range sortedKeys(schemas) {
+		sl.schema(schemas[name], "#/components/schemas/"+escapePtr(name))
+	}
+	return append(errs, sl.errs...)
+}
+
+// schemaLint checks schemas against the subset the validator implements.
+type schemaLint struct {
+	o    *openAPI
+	done map[string]bool
+	errs []error
+}
+
+var schemaTypes = []string{"object", "array", "string", "integer", "number", "boolean", "null"}
+
+func (l *schemaLint) add(format string, args ...any) {
+	l.errs = append(l.errs, fmt.Errorf(format, args...))
+}
+
+func (l *schemaLint) schema(node any, ptr string) {
+	if l.done[ptr] {
+		return
+	}
+	l.done[ptr] = true
+	m, ok := node.(map[string]any)
+	if !ok {
+		l.add("%s: a schema must be an object", ptr)
+		return
+	}
+	if ref, ok := m["$ref"]; ok {
+		s, isStr := ref.(string)
+		target, found := l.o.lookup(s)
+		if !isStr || !found {
+			l.add("%s: $ref %v points nowhere", ptr, ref)
+			return
+		}
+		for k := range m {
+			if k != "$ref" && k != "description" {
+				l.add("%s: %s beside $ref", ptr, k)
+			}
+		}
+		l.schema(target, s)
+		return
+	}
+	types, err := typesOf(m)
+	if err != nil {
+		l.add("%s: %v", ptr, err)
+	}
+	props, _ := m["properties"].(map[string]any)
+	for _, k := range sortedKeys(m) {
+		v := m[k]
+		switch k {
+		case "type":
+		case "properties":
+			if _, ok := v.(map[string]any); !ok {
+				l.add("%s: properties must be an object", ptr)
+			}
+			for _, name := range sortedKeys(props) {
+				l.schema(props[name], ptr+"/properties/"+escapePtr(name))
+			}
+		case "required":
+			list, _ := v.([]any)
+			for _, r := range list {
+				if name, ok := r.(string); !ok || props[name] == nil {
+					l.add("%s: required %v is not one of its properties", ptr, r)
+				}
+			}
+		case "additionalProperties":
+			switch ap := v.(type) {
+			case bool:
+				if ap {
+					l.add("%s: additionalProperties true: say false, or give their schema", ptr)
+				}
+			case map[string]any:
+				l.schema(ap, ptr+"/additionalProperties")
+			default:
+				l.add("%s: additionalProperties must be false or a schema, not %v", ptr, v)
+			}
+		case "items":
+			l.schema(v, ptr+"/items")
+		case "enum", "examples":
+			if list, ok := v.([]any); !ok || len(list) == 0 {
+				l.add("%s: %s must be a non-empty list", ptr, k)
+			}
+		case "minimum", "maximum":
+			if _, ok := ratOf(v); !ok {
+				l.add("%s: %s must be a number", ptr, k)
+			}
+		case "minLength", "maxLength", "maxProperties":
+			if n, ok := v.(int); !ok || n < 0 {
+				l.add("%s: %s must be a count", ptr, k)
+			}
+		case "pattern":
+			s, _ := v.(string)
+			if _, err := regexp.Compile(s); err != nil || s == "" {
+				l.add("%s: pattern %v: %v", ptr, v, err)
+			}
+		case "format":
+			if v != "date-time" {
+				l.add("%s: format %v is not one the validator checks (date-time)", ptr, v)
+			}
+		case "description":
+			if _, ok := v.(string); !ok {
+				l.add("%s: description must be a string", ptr)
+			}
+		case "default":
+		default:
+			l.add("%s: keyword %q is outside the subset the validator knows", ptr, k)
+		}
+	}
+	if slices.Contains(types, "object") {
+		if _, ok := m["additionalProperties"]; !ok {
+			l.add("%s: an object schema must say additionalProperties (false, or their schema)", ptr)
+		}
+	}
+	if slices.Contains(types, "array") && m["items"] == nil {
+		l.add("%s: an array schema must say items", ptr)
+	}
+}
+
+// typesOf reads a schema's type: one name or a list (a list with "null" is nullable).
+func typesOf(m map[string]any) ([]string, error) {
+	switch t := m["type"].(type) {
+	case nil:
+		return nil, errors.New("no type")
+	case string:
+		if !slices.Contains(schemaTypes, t) {
+			return nil, fmt.Errorf("unknown type %q", t)
+		}
+		return []string{t}, nil
+	case []any:
+		var out []string
+		for _, e := range t {
+			s, _ := e.(string)
+			if !slices.Contains(schemaTypes, s) {
+				return nil, fmt.Errorf("unknown type %v", e)
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("type %v must be a name or a list", t)
+	}
+}
+
+// exchange is one request and its answer, as the check sees them.
+type exchange struct {
+	server       string // the spec's server URL of the listener
+	method, path string
+	reqBody      []byte
+	status       int
+	header       http.Header
+	body         []byte
+}
+
+// check validates an answer against the spec and records what it covered (cov nil: nothing).
+func (o *openAPI) check(ex exchange, cov *coverage) []string {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	path, _, _ := strings.Cut(ex.path, "?")
+	p := o.match(ex.server, path)
+	if p == nil {
+		fail("the path %s is not documented on %s", path, ex.server)
+		return errs
+	}
+	var op operation
+	for _, cand := range o.operations() {
+		if cand.key == ex.method+" "+p.template {
+			op = cand
+		}
+	}
+	if op.op == nil {
+		fail("%s %s is not documented", ex.method, p.template)
+		return errs
+	}
+	rs, _ := o.responses(op)
+	var r response
+	for _, cand := range rs {
+		if cand.key == op.key+" "+strconv.Itoa(ex.status) {
+			r = cand
+		}
+	}
+	if r.resp == nil {
+		fail("status %d is not documented for %s", ex.status, op.key)
+		return errs
+	}
+	cov.add("status", r.key)
+
+	v := &validator{o: o, cov: cov}
+	docHeaders, _, _ := o.headers(r)
+	for _, name := range sortedKeys(ex.header) {
+		if ignoredHeaders[name] {
+			continue
+		}
+		h := docHeaders[name]
+		if h == nil {
+			fail("header %s is not documented for %s", name, r.key)
+			continue
+		}
+		cov.add("header", r.key+" "+name)
+		for _, value := range ex.header[name] {
+			var val any = value
+			hs, _, _ := o.resolve(h["schema"], r.ptr)
+			if types, _ := typesOf(hs); slices.Contains(types, "integer") {
+				if _, err := strconv.ParseInt(value, 10, 64); err == nil {
+					val = json.Number(value)
+				}
+			}
+			v.record = false
+			for _, e := range v.validate(h["schema"], r.ptr+"/headers/"+name+"/schema", val, "header "+name) {
+				fail("%s", e)
+			}
+		}
+	}
+	for name, h := range docHeaders {
+		if req, _ := h["required"].(bool); req && ex.header.Get(name) == "" {
+			fail("header %s is required for %s and missing", name, r.key)
+		}
+	}
+
+	content, _ := r.resp["content"].(map[string]any)
+	if len(ex.body) == 0 && len(content) == 0 {
+		return errs
+	}
+	mt, _, err := mime.ParseMediaType(ex.header.Get("Content-Type"))
+	if err != nil {
+		fail("Content-Type %q: %v", ex.header.Get("Content-Type"), err)
+		return errs
+	}
+	media, ok := content[mt].(map[string]any)
+	if !ok {
+		fail("content type %s is not documented for %s (documented: %v)", mt, r.key, sortedKeys(content))
+		return errs
+	}
+	val, err := decodeBody(mt, ex.body)
+	if err != nil {
+		fail("the body is not %s: %v", mt, err)
+		return errs
+	}
+	v.record = true
+	for _, e := range v.validate(media["schema"], r.ptr+"/content/"+escapePtr(mt)+"/schema", val, "body") {
+		fail("%s", e)
+	}
+	if types, ok := r.resp["x-problem-types"].([]any); ok {
+		obj, _ := val.(map[string]any)
+		if !slices.Contains(types, obj["type"]) {
+			fail("problem type %v is not documented for %s (documented: %v)", obj["type"], r.key, types)
+		} else {
+			cov.add("problem type", r.key+" "+obj["type"].(string))
+		}
+		if s, _ := obj["status"].(json.Number); s.String() != strconv.Itoa(ex.status) {
+			fail("the problem's status %v is not the answer's %d", obj["status"], ex.status)
+		}
+	}
+	// What the server accepted, the spec must accept: a request body answered 2xx is valid.
+	if ex.status < 300 && len(bytes.TrimSpace(ex.reqBody)) > 0 {
+		if rb, ok := op.op["requestBody"]; ok {
+			m, ptr, err := o.resolve(rb, op.ptr+"/requestBody")
+			if err == nil {
+				rc, _ := m["content"].(map[string]any)
+				if media, ok := rc["application/json"].(map[string]any); ok {
+					if body, err := decodeBody("application/json", ex.reqBody); err == nil {
+						v.record = false
+						for _, e := range v.validate(media["schema"], ptr+"/content/application~1json/schema", body, "request body") {
+							fail("accepted, yet not valid by the spec: %s", e)
+						}
+					}
+				}
+			}
+		} else {
+			fail("%s took a request body it does not document", op.key)
+		}
+	}
+	return errs
+}
+
+// match finds the path template a request path is, among those served on server: literal
+// segments win over parameters.
+func (o *openAPI) match(server, path string) *pathItem {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var best *pathItem
+	bestLiterals := -1
+	for i := range o.paths {
+		p := &o.paths[i]
+		if len(p.segs) != len(segs) || !slices.Contains(p.servers, server) {
+			continue
+		}
+		literals, ok := 0, true
+		for j, s := range p.segs {
+			switch {
+			case strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}"):
+				ok = ok && segs[j] != ""
+			case s == segs[j]:
+				literals++
+			default:
+				ok = false
+			}
+		}
+		if ok && literals > bestLiterals {
+			best, bestLiterals = p, literals
+		}
+	}
+	return best
+}
+
+// decodeBody reads a JSON body with its numbers kept exact, or a text body as a string.
+func decodeBody(mt string, body []byte) (any, error) {
+	if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+		return string(body), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("data after the JSON value")
+	}
+	return v, nil
+}
+
+// validator checks a value against a schema of the subset.
+type validator struct {
+	o      *openAPI
+	cov    *coverage
+	record bool // record the fields seen (responses, not requests or headers)
+}
+
+func (v *validator) validate(node any, ptr string, val any, at string) []string {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, at+": "+fmt.Sprintf(format, args...)) }
+	m, ptr, err := v.o.resolve(node, ptr)
+	if err != nil {
+		return []string{at + ": " + err.Error()}
+	}
+	types, _ := typesOf(m)
+	kinds := kindsOf(val)
+	if !slices.ContainsFunc(kinds, func(k string) bool { return slices.Contains(types, k) }) {
+		fail("%s, want %s", kinds[0], strings.Join(types, " or "))
+		return errs
+	}
+	if enum, ok := m["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return canon(e) == canon(val) }) {
+		fail("%s is not one of %v", canon(val), enum)
+	}
+	switch x := val.(type) {
+	case string:
+		n := utf8.RuneCountInString(x)
+		if min, ok := m["minLength"].(int); ok && n < min {
+			fail("shorter than %d", min)
+		}
+		if max, ok := m["maxLength"].(int); ok && n > max {
+			fail("longer than %d", max)
+		}
+		if p, ok := m["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(x) {
+			fail("%q does not match %s", x, p)
+		}
+		if m["format"] == "date-time" {
+			if _, err := time.Parse(time.RFC3339Nano, x); err != nil {
+				fail("%q is not an RFC 3339 date-time", x)
+			}
+		}
+	case json.Number:
+		n, _ := ratOf(x)
+		if min, ok := ratOf(m["minimum"]); ok && n.Cmp(min) < 0 {
+			fail("%s is less than %s", x, min.RatString())
+		}
+		if max, ok := ratOf(m["maximum"]); ok && n.Cmp(max) > 0 {
+			fail("%s is more than %s", x, max.RatString())
+		}
+	case map[string]any:
+		props, _ := m["properties"].(map[string]any)
+		if req, ok := m["required"].([]any); ok {
+			for _, r := range req {
+				if _, ok := x[r.(string)]; !ok {
+					fail("required field %s is missing", r)
+				}
+			}
+		}
+		if max, ok := m["maxProperties"].(int); ok && len(x) > max {
+			fail("more than %d members", max)
+		}
+		for _, name := range sortedKeys(x) {
+			if ps, ok := props[name]; ok {
+				if v.record {
+					v.cov.add("field", ptr+" "+name)
+				}
+				errs = append(errs, v.validate(ps, ptr+"/properties/"+escapePtr(name), x[name], at+"."+name)...)
+				continue
+			}
+			switch ap := m["additionalProperties"].(type) {
+			case map[string]any:
+				errs = append(errs, v.validate(ap, ptr+"/additionalProperties", x[name], at+"."+name)...)
+			default:
+				fail("field %s is not documented", name)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			errs = append(errs, v.validate(m["items"], ptr+"/items", e, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	}
+	return errs
+}
+
+// kindsOf names the JSON Schema types a decoded value is, the most specific first.
+func kindsOf(v any) []string {
+	switch x := v.(type) {
+	case nil:
+		return []string{"null"}
+	case bool:
+		return []string{"boolean"}
+	case string:
+		return []string{"string"}
+	case json.Number:
+		if regexp.MustCompile(`^-?[0-9]+$`).MatchString(x.String()) {
+			return []string{"integer", "number"}
+		}
+		return []string{"number"}
+	case map[string]any:
+		return []string{"object"}
+	case []any:
+		return []string{"array"}
+	}
+	return []string{fmt.Sprintf("%T", v)}
+}
+
+// ratOf reads a number from the spec (YAML) or a body (json.Number) exactly.
+func ratOf(v any) (*big.Rat, bool) {
+	switch v.(type) {
+	case int, int64, uint64, float64, json.Number:
+		return new(big.Rat).SetString(fmt.Sprint(v))
+	}
+	return nil, false
+}
+
+// canon is a value as enum comparison sees it: 1 and 1.0 are equal, "1" is not.
+func canon(v any) string {
+	if r, ok := ratOf(v); ok {
+		return r.RatString()
+	}
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprint(v)
+}
+
+// ---- coverage ----------------------------------------------------------------------------
+
+// coverage records what the answers showed: statuses per operation ("POST /charge 201"),
+// headers per answer, problem types per answer, and fields per schema ("<pointer> <field>").
+type coverage struct {
+	mu                                  sync.Mutex
+	statuses, headers, problems, fields map[string]bool
+}
+
+func newCoverage() *coverage {
+	return &coverage{statuses: map[string]bool{}, headers: map[string]bool{}, problems: map[string]bool{}, fields: map[string]bool{}}
+}
+
+// add records one key of a kind: "status", "header", "problem type" or "field". A nil coverage
+// records nothing.
+func (c *coverage) add(kind, key string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sets()[kind][key] = true
+}
+
+func (c *coverage) sets() map[string]map[string]bool {
+	return map[string]map[string]bool{"status": c.statuses, "header": c.headers, "problem type": c.problems, "field": c.fields}
+}
+
+// verify fails for every documented answer, header, problem type and response field that was
+// never produced and is not allowed to be missing.
+func (c *coverage) verify(t *testing.T, o *openAPI) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := map[string][]string{}
+	fields := map[string]bool{}
+	walked := map[string]bool{}
+	for _, op := range o.operations() {
+		rs, _ := o.responses(op)
+		for _, r := range rs {
+			want["status"] = append(want["status"], r.key)
+			hs, _, _ := o.headers(r)
+			for name := range hs {
+				want["header"] = append(want["header"], r.key+" "+name)
+			}
+			types, _ := r.resp["x-problem-types"].([]any)
+			for _, pt := range types {
+				want["problem type"] = append(want["problem type"], r.key+" "+pt.(string))
+			}
+			content, _ := r.resp["content"].(map[string]any)
+			for mt, media := range content {
+				mm, _ := media.(map[string]any)
+				o.fieldsOf(mm["schema"], r.ptr+"/content/"+escapePtr(mt)+"/schema", fields, walked)
+			}
+		}
+	}
+	for f := range fields {
+		want["field"] = append(want["field"], f)
+	}
+	seen := c.sets()
+	for _, kind := range sortedKeys(want) {
+		slices.Sort(want[kind])
+		for _, key := range slices.Compact(want[kind]) {
+			if seen[kind][key] {
+				continue
+			}
+			if kind == "status" && specNotProduced[key] != "" {
+				continue
+			}
+			if kind == "field" && specFieldsNotProduced[fieldName(key)] != "" {
+				continue
+			}
+			t.Errorf("documented %s never produced: %s", kind, fieldName(key))
+		}
+	}
+	for key := range specNotProduced {
+		if c.statuses[key] {
+			t.Errorf("%s is produced now: take it off specNotProduced", key)
+		}
+	}
+}
+
+// fieldsOf collects "<pointer> <field>" for every property of every object schema reachable
+// from node.
+func (o *openAPI) fieldsOf(node any, ptr string, out, walked map[string]bool) {
+	m, ptr, err := o.resolve(node, ptr)
+	if err != nil || walked[ptr] {
+		return
+	}
+	walked[ptr] = true
+	props, _ := m["properties"].(map[string]any)
+	for name, ps := range props {
+		out[ptr+" "+name] = true
+		o.fieldsOf(ps, ptr+"/properties/"+escapePtr(name), out, walked)
+	}
+	if items, ok := m["items"]; ok {
+		o.fieldsOf(items, ptr+"/items", out, walked)
+	}
+	if ap, ok := m["additionalProperties"].(map[string]any); ok {
+		o.fieldsOf(ap, ptr+"/additionalProperties", out, walked)
+	}
+}
+
+// fieldName shows "#/components/schemas/Charge stale" as "Charge.stale" (other keys as they are).
+func fieldName(key string) string {
+	ptr, field, ok := strings.Cut(key, " ")
+	rest, isSchema := strings.CutPrefix(ptr, "#/components/schemas/")
+	if !ok || !isSchema {
+		return key
+	}
+	rest = strings.ReplaceAll(rest, "/properties/", ".")
+	return rest + "." + field
+}
