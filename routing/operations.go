@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -385,7 +386,7 @@ func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res p
 		return nil
 	}
 	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundSucceeded, "", r.now().UTC()
-	rf.GatewayReference = firstNonEmpty(res.GatewayReference, rf.GatewayReference)
+	rf.GatewayReference = cmp.Or(res.GatewayReference, rf.GatewayReference)
 	// The refund first: should the charge not be stored, its refunded amount is short, which the
 	// gateway makes safe (it refuses to refund more than was captured); the other order could count
 	// one refund twice.
@@ -544,7 +545,7 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	if n := len(c.Attempts); n > 0 {
 		c.Attempts[n-1].Resolved = res.State
 	}
-	res.GatewayReference = firstNonEmpty(res.GatewayReference, c.GatewayReference)
+	res.GatewayReference = cmp.Or(res.GatewayReference, c.GatewayReference)
 
 	switch res.State {
 	case payrouter.TxNotFound:
@@ -613,6 +614,6 @@ func (r *Router) captureProcessing(ctx context.Context, c *payrouter.Charge, gw 
 	}
 	return payrouter.Result{
 		Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured,
-		GatewayReference: firstNonEmpty(res.GatewayReference, found.GatewayReference),
+		GatewayReference: cmp.Or(res.GatewayReference, found.GatewayReference),
 	}, true
 }

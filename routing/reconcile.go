@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -60,7 +61,7 @@ type retry struct {
 
 // Run reconciles until ctx ends.
 func (rc *Reconciler) Run(ctx context.Context) {
-	every := cmpOr(rc.Every, DefaultReconcileEvery)
+	every := cmp.Or(rc.Every, DefaultReconcileEvery)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -121,7 +122,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 		if b.next.After(now) {
 			continue
 		}
-		if age := now.Sub(c.CreatedAt); age > cmpOr(rc.Overdue, DefaultOverdue) && !b.overdue {
+		if age := now.Sub(c.CreatedAt); age > cmp.Or(rc.Overdue, DefaultOverdue) && !b.overdue {
 			b.overdue = true
 			log.Warn("charge.reconcile_overdue", "charge_id", c.ID, "gateway", c.Gateway, "processing_for", age.Round(time.Second).String())
 		}
@@ -150,7 +151,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 				return
 			}
 			b := rc.backoff[c.ID]
-			b.wait = min(max(2*b.wait, time.Second), cmpOr(rc.MaxBackoff, DefaultMaxBackoff))
+			b.wait = min(max(2*b.wait, time.Second), cmp.Or(rc.MaxBackoff, DefaultMaxBackoff))
 			b.next = r.now().Add(b.wait)
 		})
 	}
@@ -174,11 +175,4 @@ func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrou
 	r.obs.ChargeReconciled(c.Status, took)
 	log.Info("charge.reconciled", "charge_id", c.ID, "gateway", c.Gateway, "status", c.Status, "took_ms", took.Milliseconds())
 	return true
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

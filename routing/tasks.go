@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 	}
 	req := payrouter.TxRequest{
 		Reference: t.Reference + "-" + string(op), ChargeReference: t.Reference,
-		GatewayReference: firstNonEmpty(res.GatewayReference, t.GatewayReference), Currency: t.Currency,
+		GatewayReference: cmp.Or(res.GatewayReference, t.GatewayReference), Currency: t.Currency,
 	}
 	out, _ := r.domains.Guard(t.Gateway, op).Do(ctx, func(ctx context.Context) payrouter.Result { return send(ctx, req) })
 	if out.Outcome != payrouter.OutcomeSucceeded {
@@ -144,11 +145,4 @@ func (r *Router) releaseLater(ctx context.Context, kind payrouter.TaskKind, c *p
 	if _, err := r.queue.Enqueue(ctx, t); err != nil {
 		r.log.Error("task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
 	}
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
