@@ -20,6 +20,9 @@
 //	TestBenchBreakerAgreement  (e) two payrouters on one Redis: failing charges through A until its
 //	                           paywell/charge breaker opens, then the time until B's admin API
 //	                           shows it open (p50, p90, p99, max over the rounds)
+//	TestBenchHedge             (f) a route [paywell, ding] with paywell answering 2% of its calls
+//	                           1s late: no hedge against hedge {after: p95}, p50/p99 and gateway
+//	                           calls per charge, for captured and for authorize-only charges
 //
 // Each baseline and its subject run alternately (A B B A A B ...) after a warm-up of both, so that
 // drift on the machine hits both alike; the report shows each pair's ratio beside the pooled one,
