@@ -6,6 +6,9 @@ package payrouter
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"time"
 )
@@ -116,10 +119,36 @@ const (
 // may still move it on).
 func (s ChargeStatus) Final() bool { return s != StatusProcessing }
 
-// PaymentMethod is how the customer pays: a token issued by a vault, never a card number.
+// PaymentMethod is how the customer pays: a token issued by a vault, never a card number. Printed
+// or logged, its token is masked (MaskToken); only its JSON form carries it whole.
 type PaymentMethod struct {
 	Type  string `json:"type"`
 	Token string `json:"token"`
+}
+
+// String shows the method with its token masked.
+func (p PaymentMethod) String() string { return p.Type + " " + MaskToken(p.Token) }
+
+// Format makes every fmt verb (%v, %+v, %#v, %s) print String: a Charge printed whole in an
+// error or a debug line must not carry the token.
+func (p PaymentMethod) Format(f fmt.State, _ rune) { io.WriteString(f, p.String()) }
+
+// LogValue is the method as a log line shows it: the token masked.
+func (p PaymentMethod) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("type", p.Type), slog.String("token", MaskToken(p.Token)))
+}
+
+// Redacted is the mask a credential is replaced with wherever it could reach a log line or an
+// answer.
+const Redacted = "[redacted]"
+
+// MaskToken shows a card token as its first 4 and last 4 characters ("tok_...b1a0"), or not at
+// all when it is too short for that to hide most of it.
+func MaskToken(token string) string {
+	if len(token) < 16 {
+		return Redacted
+	}
+	return token[:4] + "..." + token[len(token)-4:]
 }
 
 // Charge is one payment the storefront asked for, and everything payrouter did for it. Its JSON

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -46,6 +47,10 @@ type Options struct {
 	Prefix string
 	// PoolSize is the client's connection pool size; 0: go-redis's default (10 per CPU).
 	PoolSize int
+	// Log receives go-redis's own messages, as "redis.client" lines with any password of the
+	// URL masked; nil leaves go-redis's default, plain text on stderr. go-redis has one logger per
+	// process, so the last Open given a Log sets it.
+	Log *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -92,6 +97,9 @@ func Open(rawURL string, o Options) (*Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, errors.New("redisstore: state.redis_url is not a URL") // never echo it: it may hold a password
+	}
+	if o.Log != nil {
+		setClientLog(o.Log, rawURL)
 	}
 	q := u.Query()
 	var rdb redis.UniversalClient

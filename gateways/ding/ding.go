@@ -101,7 +101,7 @@ func (c *Client) Authorize(ctx context.Context, req payrouter.ChargeRequest) pay
 			body.Settings = append(body.Settings, s)
 		}
 	}
-	return c.call(ctx, payrouter.OpCharge, "/api/V1/SendTransfer", body)
+	return c.call(ctx, payrouter.OpCharge, "/api/V1/SendTransfer", body, req.Token)
 }
 
 // Capture settles an authorized transfer (POST /api/V1/SettleTransfer).
@@ -140,15 +140,17 @@ func operationOf(req payrouter.TxRequest) operationRequest {
 	return operationRequest{DistributorRef: req.Reference, TransferRef: req.GatewayReference, OriginalDistributorRef: req.ChargeReference}
 }
 
-// call makes one request and maps its answer.
-func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any) payrouter.Result {
+// call makes one request and maps its answer. The answer's Detail and DeclineCode come out with
+// the API key and tokens (the card token the request carries) masked: the gateway's error texts
+// may quote what it was sent.
+func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any, tokens ...string) payrouter.Result {
 	buf, err := json.Marshal(body)
 	if err != nil {
-		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: encoding the request: " + err.Error()}
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: encoding the request: " + err.Error()}, tokens...)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
 	if err != nil {
-		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: building the request: " + err.Error()}
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: building the request: " + err.Error()}, tokens...)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -159,9 +161,9 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "ding: " + r.Detail
-		return r
+		return c.Redact(r, tokens...)
 	}
-	return resultOf(op, ans.Status, ans.Body)
+	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
 }
 
 // detail trims a gateway-provided text for Result.Detail.

@@ -6,6 +6,7 @@
 package gatewayhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -82,7 +85,7 @@ func Do(client *http.Client, req *http.Request) (*Answer, error) {
 	req = req.WithContext(httptrace.WithClientTrace(ctx, trace))
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, classify(ctx, p, err)
+		return nil, classify(ctx, p, redactURLError(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
@@ -132,6 +135,18 @@ func classify(ctx context.Context, p *progress, err error) *TransportError {
 	}
 }
 
+// redactURLError strips the URL a client error quotes (a *url.Error's message is
+// `Post "<the whole URL>": ...`) down to RedactURL's form: the error becomes a Result.Detail, which
+// is logged and shown in API answers, and a URL's user info or query may hold a credential.
+// net/http masks only the password, not a user name used as a token, nor the query.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = RedactURL(ue.URL) // the client made this error for this call alone: nobody else holds it
+	}
+	return err
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
@@ -159,7 +174,7 @@ func CheckHealth(ctx context.Context, client *http.Client, healthURL string) err
 		return err
 	}
 	if a.Status/100 != 2 {
-		return fmt.Errorf("health %s: HTTP %d", healthURL, a.Status)
+		return fmt.Errorf("health %s: HTTP %d", RedactURL(healthURL), a.Status)
 	}
 	return nil
 }
@@ -204,18 +219,24 @@ func ParseBaseURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, errors.New("base_url is required")
 	}
+	// The errors quote the URL only as RedactURL shows it: a base URL given with user info or a
+	// query (api_key=...) carries a credential, and these errors are printed at start-up.
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("base_url %q: %w", raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message would quote raw whole
+		}
+		return nil, fmt.Errorf("base_url is not a URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("base_url %q: scheme must be http or https", raw)
+		return nil, fmt.Errorf("base_url %q: scheme must be http or https", RedactURL(raw))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("base_url %q: no host", raw)
+		return nil, fmt.Errorf("base_url %q: no host", RedactURL(raw))
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("base_url %q: must have no query or fragment", raw)
+		return nil, fmt.Errorf("base_url %q: must have no query or fragment", RedactURL(raw))
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = ""
@@ -230,6 +251,76 @@ func APIKey(credentials map[string]string) (string, error) {
 		return "", errors.New("credentials.api_key is required")
 	}
 	return k, nil
+}
+
+// RedactURL is raw without what may carry a secret: user info (a password, or a token as the
+// user name), query and fragment. A string that does not parse is replaced whole.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// Redact returns r with the account's API key and each of tokens (card tokens the request
+// carried) masked wherever they appear in Detail or DeclineCode. Both come from the gateway's
+// answer, which may quote what it was sent (a reflected token, an echoed header), and both end up
+// in log lines and API answers. A DeclineCode that held one is replaced whole by "declined".
+func (a Account) Redact(r payrouter.Result, tokens ...string) payrouter.Result {
+	if r.Detail == "" && r.DeclineCode == "" {
+		return r // most approvals: nothing to look through
+	}
+	for _, s := range a.secrets(tokens) {
+		r.Detail = strings.ReplaceAll(r.Detail, s.value, s.mask)
+		if strings.Contains(r.DeclineCode, s.value) {
+			r.DeclineCode = "declined"
+		}
+	}
+	return r
+}
+
+// RedactBody returns a gateway's answer with the account's API key and each of tokens masked, for
+// the adapter to parse instead of the answer itself: masked before the adapter quotes and cuts the
+// gateway's messages, no part of a secret survives at the cut. The masks hold no quote or
+// backslash, so a JSON answer stays JSON. body is not modified; it is returned as is when it holds
+// no secret.
+func (a Account) RedactBody(body []byte, tokens ...string) []byte {
+	out := body
+	for _, s := range a.secrets(tokens) {
+		if bytes.Contains(out, []byte(s.value)) {
+			out = bytes.ReplaceAll(out, []byte(s.value), []byte(s.mask))
+		}
+	}
+	return out
+}
+
+// secret is one form of a credential and what it is masked with.
+type secret struct{ value, mask string }
+
+// secrets lists the forms of the API key and tokens to mask, the longest first, so that a secret
+// holding another is masked whole.
+func (a Account) secrets(tokens []string) []secret {
+	var out []secret
+	add := func(s, mask string) {
+		// The forms a gateway's text may hold it in: as sent, quoted (%q, JSON), form-encoded,
+		// and normalised as a decline code is. A form shorter than 4 bytes is not worth hunting
+		// for: it would mask ordinary words.
+		for _, v := range []string{s, strings.Trim(strconv.Quote(s), `"`), url.QueryEscape(s), SnakeCase(s)} {
+			if len(v) >= 4 && !slices.ContainsFunc(out, func(x secret) bool { return x.value == v }) {
+				out = append(out, secret{v, mask})
+			}
+		}
+	}
+	add(a.APIKey, payrouter.Redacted)
+	for _, t := range tokens {
+		add(t, payrouter.MaskToken(t))
+	}
+	slices.SortFunc(out, func(x, y secret) int { return len(y.value) - len(x.value) })
+	return out
 }
 
 // Endpoint joins a validated base URL and an API path (which starts with "/").

@@ -68,7 +68,7 @@ func (c *Client) Authorize(ctx context.Context, req payrouter.ChargeRequest) pay
 	if req.Country != "" {
 		form.Set("metadata[country]", req.Country)
 	}
-	return c.call(ctx, payrouter.OpCharge, http.MethodPost, "/v1/charges", form, req.Reference)
+	return c.call(ctx, payrouter.OpCharge, http.MethodPost, "/v1/charges", form, req.Reference, req.Token)
 }
 
 // Capture captures an authorized charge (POST /v1/charges/{id}/capture).
@@ -116,8 +116,9 @@ func chargeKey(req payrouter.TxRequest) string {
 }
 
 // call makes one request and maps its answer. A GET sends vals as its query, anything else as a
-// form-encoded body.
-func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path string, vals url.Values, idempotencyKey string) payrouter.Result {
+// form-encoded body. The answer's Detail and DeclineCode come out with the API key and tokens
+// (the card token the request carries) masked: Paywell quotes its own messages, which may quote us.
+func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path string, vals url.Values, idempotencyKey string, tokens ...string) payrouter.Result {
 	target := c.URL(path)
 	var req *http.Request
 	var err error
@@ -134,7 +135,7 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path 
 	}
 	if err != nil {
 		// Nothing was sent: the request could not even be built.
-		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "paywell: building the request: " + err.Error()}
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "paywell: building the request: " + err.Error()}, tokens...)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	req.Header.Set("Accept", "application/json")
@@ -145,7 +146,7 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path 
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "paywell: " + r.Detail
-		return r
+		return c.Redact(r, tokens...)
 	}
-	return resultOf(op, ans.Status, ans.Body)
+	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
 }

@@ -85,7 +85,7 @@ func (c *Client) Authorize(ctx context.Context, req payrouter.ChargeRequest) pay
 	return c.call(ctx, payrouter.OpCharge, "/gloremit/v1/payments", paymentRequest{
 		TransID: req.Reference, Amount: req.Amount, Currency: req.Currency, CardToken: req.Token, CaptureMode: mode,
 		CustomerID: req.CustomerID, Country: req.Country, Remarks: req.Description,
-	})
+	}, req.Token)
 }
 
 // Capture captures an authorized payment (POST /gloremit/v1/payments/capture).
@@ -122,15 +122,17 @@ func operationOf(req payrouter.TxRequest) operationRequest {
 	return operationRequest{TransID: req.Reference, OrigTransID: req.ChargeReference, GloRefNo: req.GatewayReference, Amount: req.Amount}
 }
 
-// call makes one request and maps its answer.
-func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any) payrouter.Result {
+// call makes one request and maps its answer. The answer's Detail and DeclineCode come out with
+// the API key and tokens (the card token the request carries) masked: the gateway's error texts
+// may quote what it was sent.
+func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any, tokens ...string) payrouter.Result {
 	buf, err := json.Marshal(body)
 	if err != nil {
-		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: encoding the request: " + err.Error()}
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: encoding the request: " + err.Error()}, tokens...)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
 	if err != nil {
-		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: building the request: " + err.Error()}
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: building the request: " + err.Error()}, tokens...)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -139,9 +141,9 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	if err != nil {
 		r := gatewayhttp.ResultOf(err)
 		r.Detail = "tranglo: " + r.Detail
-		return r
+		return c.Redact(r, tokens...)
 	}
-	return resultOf(op, ans.Status, ans.Body)
+	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
 }
 
 // detail builds a Result.Detail, bounded and valid UTF-8 whatever the gateway sent.

@@ -1,0 +1,29 @@
+package payrouter
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+// A charge printed or logged whole never shows its card token; short tokens are hidden entirely.
+func TestPaymentTokenIsMasked(t *testing.T) {
+	const token = "tok_live_9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+	c := Charge{ID: "ch_1", PaymentMethod: PaymentMethod{Type: "card", Token: token}}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("charge", "method", c.PaymentMethod)
+	for _, out := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", c.PaymentMethod), logged.String()} {
+		if strings.Contains(out, token) || !strings.Contains(out, "tok_...b1a0") {
+			t.Errorf("printed: %s", out)
+		}
+	}
+	for in, want := range map[string]string{
+		"tok_visa": Redacted, "": Redacted, "tok_123456789012": "tok_...9012", token: "tok_...b1a0",
+	} {
+		if got := MaskToken(in); got != want {
+			t.Errorf("MaskToken(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
