@@ -327,6 +327,12 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s with the shared store away: no Warning", path)
 			}
 		}
+		// The status page and its script need no token, even with the admin API disabled.
+		for _, path := range []string{"/admin/", "/admin/statuspage.js"} {
+			for _, srv := range []*specServer{st.admin, st.adminOff} {
+				st.expect(t, st.send(t, srv, specCall{method: "GET", path: path, auth: "none"}), 200)
+			}
+		}
 		reads := []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded"}
 		for _, auth := range []string{"none", "Bearer key-spec", "Bearer wrong"} {
 			for _, path := range reads {

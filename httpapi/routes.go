@@ -18,6 +18,8 @@ func (s *server) storefrontRoutes(e *echo.Echo) {
 func (s *server) adminRoutes(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/metrics", echo.WrapHandler(s.Metrics.Handler()))
+	e.GET("/admin/", s.statusPage)                    // no token: static, no data (statuspage.go)
+	e.GET("/admin/statuspage.js", s.statusPageScript) // likewise
 	admin := e.Group("/admin", s.requireAdmin)
 	admin.GET("/breakers", s.listBreakers)
 	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction)
