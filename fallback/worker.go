@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -46,11 +47,19 @@ type Worker struct {
 
 	wakeOnce sync.Once
 	wake     chan struct{}
+	// idle, once SetIdle is called, replaces Idle.
+	idle atomic.Int64
 }
+
+// SetIdle changes Idle while the worker runs: a reload changed the gateways' timeouts.
+func (w *Worker) SetIdle(d time.Duration) { w.idle.Store(int64(d)) }
 
 // settings returns the worker's settings with its zero values replaced by what they mean.
 func (w *Worker) settings() (interval, idle, timeout time.Duration, batch int, log *slog.Logger) {
 	interval, idle, timeout, batch, log = w.Interval, w.Idle, w.Timeout, w.Batch, w.Log
+	if d := time.Duration(w.idle.Load()); d > 0 {
+		idle = d
+	}
 	if interval <= 0 {
 		interval = DefaultInterval
 	}

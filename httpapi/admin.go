@@ -109,8 +109,12 @@ type gatewayView struct {
 
 // listGateways is GET /admin/gateways: settings and live bulkhead use, never a credential.
 func (s *server) listGateways(c echo.Context) error {
-	out := make([]gatewayView, 0, len(s.Gateways))
-	for _, g := range s.Gateways {
+	gateways := s.Gateways
+	if s.Reloader != nil {
+		gateways = s.Reloader.Summary()
+	}
+	out := make([]gatewayView, 0, len(gateways))
+	for _, g := range gateways {
 		v := gatewayView{GatewaySummary: g}
 		if bh := s.Domains.Bulkhead(g.Name); bh != nil {
 			v.Bulkhead.Capacity, v.Bulkhead.InFlight = bh.Capacity(), bh.InFlight()

@@ -221,8 +221,10 @@ func (s *server) createCharge(c echo.Context) error {
 		return writeProblem(c, invalid("the charge is not valid; see errors",
 			fieldError{Field: "gateway", Message: "is not a configured gateway"}))
 	}
+	id := chargeIDFor(c.Get("key_scope").(string), key)
+	c.Set("charge_id", id) // for the request's span
 	return s.idempotent(c, key, fingerprint("POST /charge", in), func() (answer, error) {
-		return s.runCharge(c, chargeIDFor(c.Get("key_scope").(string), key), in)
+		return s.runCharge(c, id, in)
 	})
 }
 

@@ -327,6 +327,20 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s with the shared store away: no Warning", path)
 			}
 		}
+		// Reloads: the same file, a changed one, a broken one, one that fails half-way.
+		same := st.reloader.file
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200)
+		changed := strings.Replace(same, "consecutive_failures: 3, cooldown: 1m}\n  ding:", "consecutive_failures: 5, cooldown: 1m}\n  ding:", 1)
+		changed = strings.Replace(changed, "request_timeout: 3s", "request_timeout: 4s", 1)
+		st.reloader.set(changed, nil)
+		if a := st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200); !strings.Contains(string(a.body), `"renewed":{"paywell":["breakers"]}`) {
+			t.Errorf("a reload changing paywell: %s", a.body)
+		}
+		st.reloader.set(same+"routez: []\n", nil)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 422)
+		st.reloader.set(same, errors.New("the router refused the routes"))
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 500)
+		st.reloader.set(same, nil)
 		// The status page and its script need no token, even with the admin API disabled.
 		for _, path := range []string{"/admin/", "/admin/statuspage.js"} {
 			for _, srv := range []*specServer{st.admin, st.adminOff} {
@@ -344,6 +358,8 @@ func TestOpenAPI(t *testing.T) {
 				st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: path, auth: auth}), 401)
 				st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: path, auth: auth}), 403)
 			}
+			st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: "/admin/reload", auth: auth}), 401)
+			st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: "/admin/reload", auth: auth}), 403)
 		}
 	})
 
@@ -520,7 +536,43 @@ type specStack struct {
 	requests                         atomic.Int64
 	mu                               sync.Mutex
 	holds                            []*hold
+	reloader                         *specReloader
 }
+
+// specReloader answers POST /admin/reload as payrouter's does (cmd/payrouter, whose reload the
+// e2e test TestReloadUnderLoad drives), over the stack's configuration, without applying it: the
+// answers are what is under test here. file is what the configuration file holds now.
+type specReloader struct {
+	mu      sync.Mutex
+	running *config.Config
+	file    string
+	broken  error // set: the reload fails after it started
+}
+
+func (r *specReloader) set(file string, broken error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.file, r.broken = file, broken
+}
+
+func (r *specReloader) Reload(context.Context) (config.Changes, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.broken != nil {
+		return config.Changes{}, r.broken
+	}
+	next, err := config.Parse([]byte(r.file), nil, gateways.Kinds())
+	if err != nil {
+		return config.Changes{}, fmt.Errorf("%w: %w", httpapi.ErrConfigRefused, err)
+	}
+	ch := config.Diff(r.running, next)
+	for _, name := range ch.Gateways.Changed {
+		ch.Renewed[name] = []string{"breakers"}
+	}
+	return ch, nil
+}
+
+func (r *specReloader) Summary() []config.GatewaySummary { return r.running.Summary() }
 
 type specServer struct {
 	ts    *httptest.Server
@@ -616,9 +668,10 @@ fallbacks:
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.reloader = &specReloader{running: cfg, file: cfgText}
 	deps := httpapi.Deps{
 		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: router, Store: st.store,
-		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(),
+		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(), Reloader: st.reloader,
 		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
 	}
 	serve := func(h http.Handler, url, token string) *specServer {

@@ -53,6 +53,7 @@ var problemTypes = map[payrouter.ErrorCode]struct {
 	codeUnsupportedMedia:           {http.StatusUnsupportedMediaType, "The request body must be application/json"},
 	codeForbidden:                  {http.StatusForbidden, "Forbidden"},
 	codeMethodNotAllowed:           {http.StatusMethodNotAllowed, "Method not allowed"},
+	codeInvalidConfig:              {http.StatusUnprocessableEntity, "The configuration file was refused; the running configuration stays"},
 }
 
 // Codes only the HTTP layer has.
@@ -61,6 +62,7 @@ const (
 	codeUnsupportedMedia payrouter.ErrorCode = "unsupported-media-type"
 	codeForbidden        payrouter.ErrorCode = "forbidden"
 	codeMethodNotAllowed payrouter.ErrorCode = "method-not-allowed"
+	codeInvalidConfig    payrouter.ErrorCode = "invalid-config"
 )
 
 // newProblem is the problem for an error code with a caller-safe detail.

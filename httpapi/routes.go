@@ -25,4 +25,5 @@ func (s *server) adminRoutes(e *echo.Echo) {
 	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction)
 	admin.GET("/gateways", s.listGateways)
 	admin.GET("/charges", s.listCharges)
+	admin.POST("/reload", s.reloadConfig)
 }

@@ -8,8 +8,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -36,6 +38,9 @@ type Deps struct {
 	Fleet    *resilience.Fleet
 	Metrics  *telemetry.Metrics
 	Gateways []config.GatewaySummary // for /admin/gateways: no credentials
+	// Reloader re-reads the configuration (POST /admin/reload) and then lists the gateways in
+	// place of Gateways; nil: the configuration is fixed, and the reload answers 404.
+	Reloader Reloader
 	// IdempotencyTTL is how long a completed answer is kept for its key.
 	IdempotencyTTL time.Duration
 	// InFlightTTL bounds how long a key stays claimed by a request that never completed (a
@@ -60,7 +65,8 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = httpErrorHandler
-	e.Use(s.requestID, s.observe, s.recover)
+	// trace before observe: the request's log line and duration carry its span's trace id.
+	e.Use(s.requestID, s.trace, s.observe, s.recover)
 	return e, s
 }
 
@@ -103,8 +109,9 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// observe logs one line per request and feeds the request-duration histogram. It never logs a
-// body or a header value but the request id.
+// observe logs one line per request and feeds the request-duration histogram, both with the
+// request's context: the line carries the trace id of the span trace put there, and the
+// histogram takes it as an exemplar. It never logs a body or a header value but the request id.
 func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -114,12 +121,9 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		d := time.Since(start)
 		status := c.Response().Status
-		route := c.Request().Method + " " + c.Path()
-		if c.Path() == "" {
-			route = c.Request().Method + " (unmatched)"
-		}
+		route := routeOf(c)
 		if s.Metrics != nil && !strings.HasPrefix(c.Path(), "/metrics") {
-			s.Metrics.HTTPRequest(route, status, d)
+			s.Metrics.HTTPRequest(c.Request().Context(), route, status, d)
 		}
 		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.request",
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
@@ -139,7 +143,10 @@ func (s *server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 				if r == http.ErrAbortHandler {
 					panic(r)
 				}
-				s.Log.Error("http.panic", "request_id", c.Get("request_id"), "panic", r)
+				// The panic's type and where it happened, never its value: a value may hold the
+				// request, and with it a token.
+				s.Log.ErrorContext(c.Request().Context(), "http.panic", "request_id", c.Get("request_id"),
+					"panic_type", fmt.Sprintf("%T", r), "stack", string(debug.Stack()))
 				err = writeProblem(c, newProblem(payrouter.EInternal, "payrouter could not complete the request; it has been logged"))
 			}
 		}()

@@ -1,8 +1,14 @@
 package resilience
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -25,6 +31,9 @@ const (
 // GatewaySettings holds one gateway's failure-domain settings.
 type GatewaySettings struct {
 	Name string
+	// Endpoint names what the gateway's breakers and connections measure (its kind and base
+	// URL); an Update that changes it starts both afresh.
+	Endpoint string
 	// Timeout bounds each call; 0: DefaultTimeout.
 	Timeout time.Duration
 	// Timeouts overrides Timeout per operation (missing or 0: Timeout).
@@ -76,14 +85,29 @@ func (s GatewaySettings) TimeoutFor(op payrouter.Operation) time.Duration {
 }
 
 // Domains holds every failure domain: for each gateway a bulkhead, an http.Client with its own
-// Transport, and one Breaker and Guard per operation (payrouter.Operations).
+// Transport, and one Breaker and Guard per operation (payrouter.Operations). Update swaps in a new
+// configuration while calls go on: lookups read the current DomainSet, and a call keeps the Guard
+// it started with.
 type Domains struct {
-	gateways []*gatewayDomain // in the order given
-	byName   map[string]*gatewayDomain
+	obs Observer
+	cur atomic.Pointer[DomainSet]
+	// mu orders Updates and the hooks registered with OnUpdate.
+	mu    sync.Mutex
+	hooks []func(*DomainSet)
+}
+
+// DomainSet is one configuration's failure domains; it never changes. Gateways removed by an
+// Update stay in it as retired: no route or pin reaches them, no prober probes them and no list
+// shows them, but the capture, void, refund and look-up of charges they hold still go through
+// their guards until the process restarts.
+type DomainSet struct {
+	gateways []*gatewayDomain          // live, in the order given
+	byName   map[string]*gatewayDomain // live and retired
 }
 
 type gatewayDomain struct {
 	settings  GatewaySettings
+	retired   bool
 	bulkhead  *Bulkhead
 	transport *http.Transport
 	client    *http.Client
@@ -96,31 +120,148 @@ func NewDomains(gateways []GatewaySettings, obs Observer) *Domains {
 	if obs == nil {
 		obs = NopObserver{}
 	}
-	d := &Domains{byName: make(map[string]*gatewayDomain, len(gateways))}
+	d := &Domains{obs: obs}
+	set, _, err := d.build(&DomainSet{byName: map[string]*gatewayDomain{}}, gateways)
+	if err != nil {
+		panic("resilience: " + err.Error())
+	}
+	d.cur.Store(set)
+	return d
+}
+
+// UpdateReport says what an Update did to each gateway.
+type UpdateReport struct {
+	// Added are new gateways; Changed those whose settings differ (Update says which parts
+	// started afresh in Renewed); Removed are retired; Kept are untouched.
+	Added, Changed, Removed, Kept []string
+	// Renewed lists, for each changed gateway, the parts that started afresh: "breakers" (state
+	// and counts), "bulkhead", "connections". A part not listed kept its state.
+	Renewed map[string][]string
+}
+
+// Update makes gateways the live set. A gateway with the same settings keeps its domain as it
+// is. A changed one gets new guards (its timeouts), and keeps each part whose own settings did not
+// change: its breakers (state, counts and forced state) unless the breaker rules or the endpoint
+// changed, its bulkhead (and the calls holding slots) unless its size or wait changed, its
+// connection pool unless the endpoint, size or dial timeout changed. Calls under way finish on
+// the guard they started with. Removed gateways are retired (see DomainSet). The hooks of
+// OnUpdate see the new set before any call does.
+func (d *Domains) Update(gateways []GatewaySettings) (UpdateReport, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	set, report, err := d.build(d.cur.Load(), gateways)
+	if err != nil {
+		return UpdateReport{}, err
+	}
+	for _, h := range d.hooks {
+		h(set)
+	}
+	d.cur.Store(set)
+	return report, nil
+}
+
+// OnUpdate registers fn to see every new set before it is used (the Fleet links new breakers).
+func (d *Domains) OnUpdate(fn func(*DomainSet)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hooks = append(d.hooks, fn)
+}
+
+// Current returns the set in use now.
+func (d *Domains) Current() *DomainSet { return d.cur.Load() }
+
+// build returns the set of gateways, reusing what it can of prev.
+func (d *Domains) build(prev *DomainSet, gateways []GatewaySettings) (*DomainSet, UpdateReport, error) {
+	set := &DomainSet{byName: make(map[string]*gatewayDomain, len(gateways))}
+	report := UpdateReport{Renewed: map[string][]string{}}
 	for _, s := range gateways {
 		if s.Name == "" {
-			panic("resilience: a gateway without a name")
+			return nil, UpdateReport{}, errors.New("a gateway without a name")
 		}
-		if _, dup := d.byName[s.Name]; dup {
-			panic("resilience: gateway " + s.Name + " given twice")
+		if _, dup := set.byName[s.Name]; dup {
+			return nil, UpdateReport{}, fmt.Errorf("gateway %s given twice", s.Name)
 		}
 		s = s.withDefaults()
-		gd := &gatewayDomain{
-			settings:  s,
-			bulkhead:  NewBulkhead(s.Name, s.MaxConcurrent, s.MaxWait, obs),
-			transport: newTransport(s),
+		old := prev.byName[s.Name]
+		var gd *gatewayDomain
+		switch {
+		case old == nil:
+			gd = d.newGatewayDomain(s, nil)
+			report.Added = append(report.Added, s.Name)
+		case !old.retired && reflect.DeepEqual(old.settings, s):
+			gd = old
+			report.Kept = append(report.Kept, s.Name)
+		default: // changed, or retired and back
+			gd = d.newGatewayDomain(s, old)
+			report.Changed = append(report.Changed, s.Name)
+			report.Renewed[s.Name] = gd.renewedFrom(old)
 		}
+		set.gateways = append(set.gateways, gd)
+		set.byName[s.Name] = gd
+	}
+	for name, old := range prev.byName {
+		if set.byName[name] != nil {
+			continue
+		}
+		if !old.retired {
+			report.Removed = append(report.Removed, name)
+			retired := *old
+			retired.retired = true
+			old = &retired
+		}
+		set.byName[name] = old
+	}
+	slices.Sort(report.Removed)
+	return set, report, nil
+}
+
+// newGatewayDomain builds a gateway's domain, taking from old (nil: none) each part whose own
+// settings are the same.
+func (d *Domains) newGatewayDomain(s GatewaySettings, old *gatewayDomain) *gatewayDomain {
+	gd := &gatewayDomain{settings: s}
+	var o GatewaySettings
+	if old != nil {
+		o = old.settings
+	}
+	if old != nil && o.MaxConcurrent == s.MaxConcurrent && o.MaxWait == s.MaxWait {
+		gd.bulkhead = old.bulkhead
+	} else {
+		gd.bulkhead = NewBulkhead(s.Name, s.MaxConcurrent, s.MaxWait, d.obs)
+	}
+	if old != nil && o.Endpoint == s.Endpoint && o.MaxConcurrent == s.MaxConcurrent && o.DialTimeout == s.DialTimeout {
+		gd.transport, gd.client = old.transport, old.client
+	} else {
+		gd.transport = newTransport(s)
 		// No Client.Timeout: every call carries the Guard's deadline, and a client-wide timeout
 		// would fire the same for every operation.
-		gd.client = &http.Client{Transport: gd.transport}
-		for _, op := range payrouter.Operations {
-			b := NewBreaker(s.Name, op, s.Breaker, obs)
-			gd.guards = append(gd.guards, NewGuard(b, gd.bulkhead, s.TimeoutFor(op), obs))
-		}
-		d.gateways = append(d.gateways, gd)
-		d.byName[s.Name] = gd
+		gd.client = &http.Client{Transport: propagate(gd.transport)} // trace context on every call: propagate.go
 	}
-	return d
+	keepBreakers := old != nil && o.Endpoint == s.Endpoint && o.Breaker == s.Breaker
+	for i, op := range payrouter.Operations {
+		var b *Breaker
+		if keepBreakers {
+			b = old.guards[i].breaker
+		} else {
+			b = NewBreaker(s.Name, op, s.Breaker, d.obs)
+		}
+		gd.guards = append(gd.guards, NewGuard(b, gd.bulkhead, s.TimeoutFor(op), d.obs))
+	}
+	return gd
+}
+
+// renewedFrom names the parts of gd that are not old's.
+func (gd *gatewayDomain) renewedFrom(old *gatewayDomain) []string {
+	var out []string
+	if gd.guards[0].breaker != old.guards[0].breaker {
+		out = append(out, "breakers")
+	}
+	if gd.bulkhead != old.bulkhead {
+		out = append(out, "bulkhead")
+	}
+	if gd.transport != old.transport {
+		out = append(out, "connections")
+	}
+	return out
 }
 
 // newTransport returns a gateway's own transport: its own connection pool, sized to its bulkhead,
@@ -141,8 +282,47 @@ func newTransport(s GatewaySettings) *http.Transport {
 	}
 }
 
-func (d *Domains) guard(gateway string, op payrouter.Operation) *Guard {
-	gd := d.byName[gateway]
+// Guard returns the guard of "<gateway>/<op>" in the current set (retired gateways included),
+// nil if unknown.
+func (d *Domains) Guard(gateway string, op payrouter.Operation) *Guard {
+	return d.Current().Guard(gateway, op)
+}
+
+// Breaker returns the current breaker of "<gateway>/<op>", nil if unknown.
+func (d *Domains) Breaker(gateway string, op payrouter.Operation) *Breaker {
+	return d.Current().Breaker(gateway, op)
+}
+
+// Bulkhead returns the gateway's current bulkhead, nil if unknown.
+func (d *Domains) Bulkhead(gateway string) *Bulkhead { return d.Current().Bulkhead(gateway) }
+
+// Client returns the gateway's current http.Client, nil if unknown.
+func (d *Domains) Client(gateway string) *http.Client { return d.Current().Client(gateway) }
+
+// Settings returns the gateway's current settings with defaults applied.
+func (d *Domains) Settings(gateway string) (GatewaySettings, bool) {
+	return d.Current().Settings(gateway)
+}
+
+// Live reports whether gateway is configured now (not retired, not unknown).
+func (d *Domains) Live(gateway string) bool { return d.Current().Live(gateway) }
+
+// Gateways returns the live gateways' names in the order given.
+func (d *Domains) Gateways() []string { return d.Current().Gateways() }
+
+// Snapshots returns every live breaker (DomainSet.Snapshots).
+func (d *Domains) Snapshots() []Snapshot { return d.Current().Snapshots() }
+
+// Close closes the idle connections of every gateway's transport, retired ones included.
+func (d *Domains) Close() {
+	for _, gd := range d.Current().byName {
+		gd.transport.CloseIdleConnections()
+	}
+}
+
+// Guard returns the guard of "<gateway>/<op>", nil if unknown.
+func (s *DomainSet) Guard(gateway string, op payrouter.Operation) *Guard {
+	gd := s.byName[gateway]
 	if gd == nil {
 		return nil
 	}
@@ -154,22 +334,17 @@ func (d *Domains) guard(gateway string, op payrouter.Operation) *Guard {
 	return nil
 }
 
-// Guard returns the guard of "<gateway>/<op>", nil if unknown.
-func (d *Domains) Guard(gateway string, op payrouter.Operation) *Guard {
-	return d.guard(gateway, op)
-}
-
 // Breaker returns the breaker of "<gateway>/<op>", nil if unknown.
-func (d *Domains) Breaker(gateway string, op payrouter.Operation) *Breaker {
-	if g := d.guard(gateway, op); g != nil {
+func (s *DomainSet) Breaker(gateway string, op payrouter.Operation) *Breaker {
+	if g := s.Guard(gateway, op); g != nil {
 		return g.breaker
 	}
 	return nil
 }
 
 // Bulkhead returns the gateway's bulkhead, nil if unknown.
-func (d *Domains) Bulkhead(gateway string) *Bulkhead {
-	if gd := d.byName[gateway]; gd != nil {
+func (s *DomainSet) Bulkhead(gateway string) *Bulkhead {
+	if gd := s.byName[gateway]; gd != nil {
 		return gd.bulkhead
 	}
 	return nil
@@ -177,45 +352,44 @@ func (d *Domains) Bulkhead(gateway string) *Bulkhead {
 
 // Client returns the gateway's http.Client for its adapter, nil if unknown. It has no timeout of
 // its own: the Guard gives every call a context deadline.
-func (d *Domains) Client(gateway string) *http.Client {
-	if gd := d.byName[gateway]; gd != nil {
+func (s *DomainSet) Client(gateway string) *http.Client {
+	if gd := s.byName[gateway]; gd != nil {
 		return gd.client
 	}
 	return nil
 }
 
 // Settings returns the gateway's settings with defaults applied (for /admin/gateways).
-func (d *Domains) Settings(gateway string) (GatewaySettings, bool) {
-	if gd := d.byName[gateway]; gd != nil {
+func (s *DomainSet) Settings(gateway string) (GatewaySettings, bool) {
+	if gd := s.byName[gateway]; gd != nil {
 		return gd.settings, true
 	}
 	return GatewaySettings{}, false
 }
 
-// Gateways returns the gateways' names in the order given.
-func (d *Domains) Gateways() []string {
-	names := make([]string, len(d.gateways))
-	for i, gd := range d.gateways {
+// Live reports whether gateway is in the set and not retired.
+func (s *DomainSet) Live(gateway string) bool {
+	gd := s.byName[gateway]
+	return gd != nil && !gd.retired
+}
+
+// Gateways returns the live gateways' names in the order given.
+func (s *DomainSet) Gateways() []string {
+	names := make([]string, len(s.gateways))
+	for i, gd := range s.gateways {
 		names[i] = gd.settings.Name
 	}
 	return names
 }
 
-// Snapshots returns every breaker, gateways in the order given, then operations in
+// Snapshots returns every live breaker, gateways in the order given, then operations in
 // payrouter.Operations order.
-func (d *Domains) Snapshots() []Snapshot {
-	out := make([]Snapshot, 0, len(d.gateways)*len(payrouter.Operations))
-	for _, gd := range d.gateways {
+func (s *DomainSet) Snapshots() []Snapshot {
+	out := make([]Snapshot, 0, len(s.gateways)*len(payrouter.Operations))
+	for _, gd := range s.gateways {
 		for _, g := range gd.guards {
 			out = append(out, g.breaker.Snapshot())
 		}
 	}
 	return out
-}
-
-// Close closes the idle connections of every gateway's transport.
-func (d *Domains) Close() {
-	for _, gd := range d.gateways {
-		gd.transport.CloseIdleConnections()
-	}
 }

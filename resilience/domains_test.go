@@ -28,10 +28,11 @@ func TestDomainsTransport(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.gateway, func(t *testing.T) {
 			c := d.Client(tc.gateway)
-			tr, ok := c.Transport.(*http.Transport)
+			p, ok := c.Transport.(propagating)
 			if !ok {
-				t.Fatalf("transport %T, want *http.Transport", c.Transport)
+				t.Fatalf("transport %T, want the trace context propagating wrapper of an *http.Transport", c.Transport)
 			}
+			tr := p.base
 			if c.Timeout != 0 {
 				t.Errorf("client timeout %v, want 0 (the Guard's deadline rules)", c.Timeout)
 			}

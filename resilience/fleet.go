@@ -80,8 +80,8 @@ func (o FleetOptions) withDefaults() FleetOptions {
 type Fleet struct {
 	shared payrouter.FleetBreakers
 	o      FleetOptions
-	links  []*fleetLink
-	byName map[string]*fleetLink
+	// linked is every breaker's link, swapped whole when the Domains are updated.
+	linked atomic.Pointer[fleetLinks]
 	wake   chan struct{}
 	jobs   chan func(context.Context)
 	// watching is true while subscribed to the fleet's events.
@@ -108,31 +108,51 @@ func NewFleet(d *Domains, shared payrouter.FleetBreakers, o FleetOptions) *Fleet
 	f := &Fleet{
 		shared: shared,
 		o:      o.withDefaults(),
-		byName: map[string]*fleetLink{},
 		wake:   make(chan struct{}, 1),
 		jobs:   make(chan func(context.Context), jobQueue),
 	}
-	for _, gd := range d.gateways {
-		for _, g := range gd.guards {
-			s := g.breaker.settings
-			l := &fleetLink{
-				f: f, b: g.breaker,
-				rules: payrouter.BreakerRules{
-					ConsecutiveFailures: s.ConsecutiveFailures, FailuresInWindow: s.FailuresInWindow,
-					FailureRate: s.FailureRate, MinRequests: s.MinRequests,
-					Window: s.Window, Cooldown: s.Cooldown,
-				},
-				// A trial slot whose holder died is freed once the trial could no longer be
-				// running.
-				trialTTL: g.timeout + time.Second,
-			}
-			g.breaker.fleet = l
-			f.links = append(f.links, l)
-			f.byName[g.breaker.name] = l
-		}
-	}
+	f.link(d.Current())
+	d.OnUpdate(f.link)
 	return f
 }
+
+// fleetLinks are the links of one DomainSet.
+type fleetLinks struct {
+	all    []*fleetLink
+	byName map[string]*fleetLink
+}
+
+// link ties every breaker of set (retired gateways' included: their charges' captures, voids and
+// refunds still count) to the fleet, keeping the links of breakers that had one. A new breaker's
+// state is read at the next Sync, within Refresh.
+func (f *Fleet) link(set *DomainSet) {
+	next := &fleetLinks{byName: map[string]*fleetLink{}}
+	for _, gd := range set.byName {
+		for _, g := range gd.guards {
+			l := g.breaker.fleet
+			if l == nil {
+				s := g.breaker.settings
+				l = &fleetLink{
+					f: f, b: g.breaker,
+					rules: payrouter.BreakerRules{
+						ConsecutiveFailures: s.ConsecutiveFailures, FailuresInWindow: s.FailuresInWindow,
+						FailureRate: s.FailureRate, MinRequests: s.MinRequests,
+						Window: s.Window, Cooldown: s.Cooldown,
+					},
+					// A trial slot whose holder died is freed once the trial could no longer be
+					// running.
+					trialTTL: g.timeout + time.Second,
+				}
+				g.breaker.fleet = l
+			}
+			next.all = append(next.all, l)
+			next.byName[g.breaker.name] = l
+		}
+	}
+	f.linked.Store(next)
+}
+
+func (f *Fleet) links() []*fleetLink { return f.linked.Load().all }
 
 // Run reports outcomes, makes the queued fleet calls, watches the fleet's events and re-reads
 // every breaker each Refresh, until ctx ends.
@@ -164,8 +184,9 @@ func (f *Fleet) bound(ctx context.Context) (context.Context, context.CancelFunc)
 
 // Sync reads every breaker's fleet-wide state and applies it here.
 func (f *Fleet) Sync(ctx context.Context) error {
-	names := make([]string, len(f.links))
-	for i, l := range f.links {
+	links := f.links()
+	names := make([]string, len(links))
+	for i, l := range links {
 		names[i] = l.b.name
 	}
 	ctx, cancel := f.bound(ctx)
@@ -177,7 +198,7 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	// News older than this that disagrees with a change made here since is not applied: the
 	// change may not have reached the store when it was read.
 	readAt := time.Now().Add(-f.o.Timeout)
-	for _, l := range f.links {
+	for _, l := range links {
 		st, ok := states[l.b.name]
 		if !ok {
 			continue
@@ -203,7 +224,7 @@ func (f *Fleet) Sync(ctx context.Context) error {
 // Resync is for the moment the shared store answers again: it sends what this instance decided
 // alone meanwhile (forced states, breakers it opened), then reads the fleet's state.
 func (f *Fleet) Resync(ctx context.Context) error {
-	for _, l := range f.links {
+	for _, l := range f.links() {
 		l.mu.Lock()
 		pf := l.pendingForce
 		l.mu.Unlock()
@@ -230,7 +251,7 @@ func (f *Fleet) Resync(ctx context.Context) error {
 // When the store does not answer it still applies here at once, whatever the store says; Resync
 // sends it again later, and the error says that other instances have not heard of it yet.
 func (f *Fleet) Force(ctx context.Context, b *Breaker, forced payrouter.Forced) error {
-	l := f.byName[b.name]
+	l := f.linked.Load().byName[b.name]
 	if l == nil || l.b != b {
 		return errors.New("resilience: breaker " + b.name + " is not of this fleet")
 	}
@@ -301,7 +322,7 @@ func (l *fleetLink) share(ctx context.Context, forced payrouter.Forced) error {
 // them again changes nothing, and skipping them would let an older event from another instance,
 // delivered after this instance's own reset, have the last word.
 func (f *Fleet) apply(ev payrouter.BreakerEvent) {
-	l := f.byName[ev.Breaker]
+	l := f.linked.Load().byName[ev.Breaker]
 	if l == nil {
 		return
 	}
@@ -375,7 +396,7 @@ func (f *Fleet) write(ctx context.Context) {
 }
 
 func (f *Fleet) sendOutcomes(ctx context.Context) {
-	for _, l := range f.links {
+	for _, l := range f.links() {
 		l.send(ctx)
 	}
 }

@@ -16,6 +16,7 @@ type Guard struct {
 	breaker  *Breaker
 	bulkhead *Bulkhead
 	obs      Observer
+	spanName string // "gateway <operation>", made once: not a string per call
 }
 
 // NewGuard returns a Guard over a breaker and a bulkhead (which other guards of the same gateway
@@ -28,7 +29,8 @@ func NewGuard(b *Breaker, bh *Bulkhead, timeout time.Duration, obs Observer) *Gu
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Guard{gateway: b.gateway, op: b.op, timeout: timeout, breaker: b, bulkhead: bh, obs: obs}
+	return &Guard{gateway: b.gateway, op: b.op, timeout: timeout, breaker: b, bulkhead: bh, obs: obs,
+		spanName: "gateway " + string(b.op)}
 }
 
 // Gateway returns the guarded gateway's name.
@@ -61,15 +63,20 @@ const (
 // The Result is the call's own. A failure while ctx had ended (its deadline was shorter than the
 // timeout and expired, or it was cancelled) is still returned as it is, since the gateway may have
 // acted, but it is not counted against the breaker: the gateway was not given its full timeout.
-func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter.Result) (payrouter.Result, time.Duration) {
+//
+// Every attempt, refused ones included, is a client span "gateway <operation>" (attempt.go), a
+// child of the span in ctx; call runs in the span's context, so the gateway's request carries it.
+func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter.Result) (res payrouter.Result, d time.Duration) {
+	ctx, span := g.startSpan(ctx)
+	defer func() { g.endSpan(ctx, span, res.Outcome) }()
 	adm, err := g.breaker.allow()
 	if err != nil {
-		g.obs.CallDone(g.gateway, g.op, payrouter.OutcomeBreakerOpen, 0)
+		g.obs.CallDone(ctx, g.gateway, g.op, payrouter.OutcomeBreakerOpen, 0)
 		return payrouter.Result{Outcome: payrouter.OutcomeBreakerOpen, Detail: detailBreakerOpen}, 0
 	}
 	if !g.bulkhead.acquire(ctx) {
 		g.breaker.finish(adm, reportOf(payrouter.OutcomeBulkheadFull)) // excluded: hands a half-open trial back
-		g.obs.CallDone(g.gateway, g.op, payrouter.OutcomeBulkheadFull, 0)
+		g.obs.CallDone(ctx, g.gateway, g.op, payrouter.OutcomeBulkheadFull, 0)
 		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detailBulkheadFull}, 0
 	}
 	return g.run(ctx, call, adm)
@@ -107,7 +114,7 @@ func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Re
 	}
 	g.breaker.finish(adm, report)
 	reported = true
-	g.obs.CallDone(g.gateway, g.op, res.Outcome, d)
+	g.obs.CallDone(ctx, g.gateway, g.op, res.Outcome, d)
 	return res, d
 }
 

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -61,7 +62,7 @@ func (r *recorder) BreakerRejected(gateway string, op payrouter.Operation) {
 	r.rejected[gateway+"/"+string(op)]++
 }
 
-func (r *recorder) CallDone(_ string, _ payrouter.Operation, o payrouter.Outcome, d time.Duration) {
+func (r *recorder) CallDone(_ context.Context, _ string, _ payrouter.Operation, o payrouter.Outcome, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, o)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,11 +42,17 @@ type ProberOptions struct {
 // last probe, and the run of failures) is the prober's own, reported to the Observer and logged
 // when it changes.
 type Prober struct {
-	d      *Domains
-	checks map[string]HealthCheck
-	o      ProberOptions
-	obs    Observer
+	d   *Domains
+	o   ProberOptions
+	obs Observer
+
+	mu     sync.Mutex
+	checks map[string]*probeCheck // by gateway
+	wake   chan struct{}          // an Update happened
 }
+
+// probeCheck is one gateway's check; a new one (Update) restarts that gateway's prober.
+type probeCheck struct{ check HealthCheck }
 
 // NewProber returns a prober of every gateway of d whose breakers are OutOfBand and that has a
 // check in checks; obs nil is NopObserver.
@@ -56,38 +63,95 @@ func NewProber(d *Domains, checks map[string]HealthCheck, obs Observer, o Prober
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	p := &Prober{d: d, checks: map[string]HealthCheck{}, o: o, obs: obs}
-	for _, gd := range d.gateways {
-		if c := checks[gd.settings.Name]; c != nil && gd.settings.Breaker.OutOfBand {
-			p.checks[gd.settings.Name] = c
-		}
+	p := &Prober{d: d, checks: map[string]*probeCheck{}, o: o, obs: obs, wake: make(chan struct{}, 1)}
+	for name, c := range checks {
+		p.checks[name] = &probeCheck{c}
 	}
 	return p
 }
 
-// Gateways returns the names of the gateways it probes.
-func (p *Prober) Gateways() []string {
-	var out []string
-	for _, gd := range p.d.gateways {
-		if p.checks[gd.settings.Name] != nil {
-			out = append(out, gd.settings.Name)
+// Update is for a reload, after the Domains' Update: checks are the checks of the gateways now
+// configured, and renewed names those whose check is new although their domain may not be (new
+// credentials). Gateways gone stop being probed, new ones start, and changed ones (a new domain,
+// or renewed) start over; the others go on as they were.
+func (p *Prober) Update(checks map[string]HealthCheck, renewed []string) {
+	p.mu.Lock()
+	next := map[string]*probeCheck{}
+	for name, c := range checks {
+		if old := p.checks[name]; old != nil && !slices.Contains(renewed, name) {
+			next[name] = old
+		} else {
+			next[name] = &probeCheck{c}
+		}
+	}
+	p.checks = next
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// probeTarget is one probe loop: a gateway's domain and its check.
+type probeTarget struct {
+	gd    *gatewayDomain
+	check *probeCheck
+}
+
+// targets returns the gateways to probe now: live, OutOfBand, with a check.
+func (p *Prober) targets() []probeTarget {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []probeTarget
+	for _, gd := range p.d.Current().gateways {
+		if c := p.checks[gd.settings.Name]; c != nil && gd.settings.Breaker.OutOfBand {
+			out = append(out, probeTarget{gd, c})
 		}
 	}
 	return out
 }
 
-// Run probes every gateway until ctx ends, then gives up its leases.
+// Gateways returns the names of the gateways it probes.
+func (p *Prober) Gateways() []string {
+	var out []string
+	for _, t := range p.targets() {
+		out = append(out, t.gd.settings.Name)
+	}
+	return out
+}
+
+// Run probes every gateway until ctx ends, then gives up its leases. After an Update it stops
+// the loops of gateways gone or changed and starts the new ones.
 func (p *Prober) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, name := range p.Gateways() {
-		gd := p.d.byName[name]
-		wg.Go(func() { p.probeLoop(ctx, gd) })
+	running := map[probeTarget]context.CancelFunc{}
+	for {
+		want := map[probeTarget]bool{}
+		for _, t := range p.targets() {
+			want[t] = true
+			if running[t] == nil {
+				lctx, cancel := context.WithCancel(ctx)
+				running[t] = cancel
+				wg.Go(func() { p.probeLoop(lctx, t.gd, t.check.check) })
+			}
+		}
+		for t, cancel := range running {
+			if !want[t] {
+				cancel()
+				delete(running, t)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-p.wake:
+		}
 	}
-	wg.Wait()
 }
 
 // probeLoop is one gateway's prober.
-func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain) {
+func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthCheck) {
 	s := gd.settings
 	lease := "probe/" + s.Name
 	leading := false
@@ -110,7 +174,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain) {
 		if !p.lead(ctx, lease, s, &leading) {
 			continue
 		}
-		healthy, d := p.probe(ctx, gd)
+		healthy, d := runCheck(ctx, gd.settings.ProbeTimeout, check)
 		if ctx.Err() != nil {
 			return
 		}
@@ -152,11 +216,11 @@ func (p *Prober) lead(ctx context.Context, lease string, s GatewaySettings, lead
 	return held
 }
 
-// probe calls the gateway's health check within ProbeTimeout.
-func (p *Prober) probe(ctx context.Context, gd *gatewayDomain) (bool, time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, gd.settings.ProbeTimeout)
+// runCheck calls check within timeout.
+func runCheck(ctx context.Context, timeout time.Duration, check HealthCheck) (bool, time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	err := p.checks[gd.settings.Name](ctx)
+	err := check(ctx)
 	return err == nil, time.Since(start)
 }

@@ -14,6 +14,7 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -47,8 +48,9 @@ type Observer interface {
 	// BreakerRejected reports a call refused by a breaker.
 	BreakerRejected(gateway string, op payrouter.Operation)
 	// CallDone reports every attempt Guard.Do made, refused ones included (breaker_open and
-	// bulkhead_full, with d 0).
-	CallDone(gateway string, op payrouter.Operation, outcome payrouter.Outcome, d time.Duration)
+	// bulkhead_full, with d 0). ctx holds the attempt's span: a duration observed with it can
+	// name its trace (an exemplar).
+	CallDone(ctx context.Context, gateway string, op payrouter.Operation, outcome payrouter.Outcome, d time.Duration)
 	// BulkheadChanged reports a bulkhead's calls in flight after each acquire and release.
 	BulkheadChanged(gateway string, inFlight, capacity int)
 	// BulkheadRejected reports a call refused for want of a bulkhead slot.
@@ -67,7 +69,8 @@ func (NopObserver) BreakerTransition(string, payrouter.Operation, State, State, 
 func (NopObserver) BreakerRejected(string, payrouter.Operation) {}
 
 // CallDone does nothing.
-func (NopObserver) CallDone(string, payrouter.Operation, payrouter.Outcome, time.Duration) {}
+func (NopObserver) CallDone(context.Context, string, payrouter.Operation, payrouter.Outcome, time.Duration) {
+}
 
 // BulkheadChanged does nothing.
 func (NopObserver) BulkheadChanged(string, int, int) {}

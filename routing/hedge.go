@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
 )
 
 // Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
@@ -113,7 +114,7 @@ func (l *latencies) p95() (time.Duration, bool) {
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
 func (r *Router) recordAttempt(gateway string, res payrouter.Result, d time.Duration) {
-	st := r.stats[gateway]
+	st := r.table().stats[gateway]
 	if st == nil {
 		return
 	}
@@ -138,20 +139,20 @@ func (r *Router) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
 	if !h.P95 {
 		return h.After, h.After > 0
 	}
-	if st := r.stats[gateway]; st != nil {
+	if st := r.table().stats[gateway]; st != nil {
 		return st.latency.p95()
 	}
 	return 0, false
 }
 
 // hedgeOf returns the hedging policy and budget of the route a charge matched, or nil.
-func (r *Router) hedgeOf(route string) (*Hedge, *hedgeBudget) {
+func (t *table) hedgeOf(route string) (*Hedge, *hedgeBudget) {
 	if route == "" {
 		return nil, nil // pinned to one gateway: nothing to hedge to
 	}
-	for i := range r.routes {
-		if r.routes[i].Name == route {
-			return r.routes[i].Hedge, r.hedgeBudgets[route]
+	for i := range t.routes {
+		if t.routes[i].Name == route {
+			return t.routes[i].Hedge, t.hedgeBudgets[route]
 		}
 	}
 	return nil, nil
@@ -342,11 +343,11 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 		Capture: false, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
 	}
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
-	guard := h.domains.Guard(name, payrouter.OpCharge)
+	guard := h.set.Guard(name, payrouter.OpCharge)
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
 	go func() {
 		defer cancel()
-		res, d := guard.Do(callCtx, func(ctx context.Context) payrouter.Result {
+		res, d := guard.Do(resilience.WithAttempt(callCtx, f.index+1, hedge), func(ctx context.Context) payrouter.Result {
 			if !h.storeBeforeCall(ctx, &snapshot) {
 				return notCalled
 			}
@@ -520,7 +521,7 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		return
 	}
 	c.Status = payrouter.StatusProcessing
-	h.log.Warn("charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
+	h.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
 		"detail", res.Detail, "then", "processing: the reconciler captures the authorization")
 }
 
@@ -560,7 +561,7 @@ func (r *Router) finishLate(c *payrouter.Charge, a flightAnswer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := r.noteLateAnswer(ctx, c.ID, a, voided); err != nil {
-		r.log.Warn("charge.store_failed", "charge_id", c.ID, "err", err)
+		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
 }
 
@@ -579,7 +580,7 @@ func (r *Router) voidApproval(c *payrouter.Charge, f *flight, gwRef string) bool
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		return true
 	}
-	r.log.Warn("charge.void_failed", "charge_id", c.ID, "gateway", f.name, "reference", f.ref, "outcome", res.Outcome,
+	r.log.WarnContext(ctx, "charge.void_failed", "charge_id", c.ID, "gateway", f.name, "reference", f.ref, "outcome", res.Outcome,
 		"detail", res.Detail, "then", "queued")
 	r.releaseLater(ctx, payrouter.TaskVoid, c, f.name, f.ref, gwRef, 0)
 	return false

@@ -423,7 +423,7 @@ func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 			t.Errorf("paywell ledger %v", m)
 		}
 		// The refused hedge cost nothing: the budget still holds the next charge's hedge.
-		if !f.router.hedgeBudgets["pair"].has() {
+		if !f.router.table().hedgeBudgets["pair"].has() {
 			t.Error("a hedge refused by the breaker spent the budget")
 		}
 	})

@@ -54,7 +54,7 @@ func storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // gatewayOf returns the adapter of the gateway that holds the charge.
 func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
-	gw := r.gateways[c.Gateway]
+	gw := r.table().gateways[c.Gateway]
 	if gw == nil || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		return nil, fmt.Errorf("charge %s is held by gateway %q, which is not configured", c.ID, c.Gateway)
 	}
@@ -170,14 +170,14 @@ func (r *Router) changeAuthorization(ctx context.Context, chargeID string, ch au
 		// request again, which the reference makes safe.
 		look, _ := r.lookUp(ctx, c, gw)
 		if look.Outcome == payrouter.OutcomeSucceeded && ch.reach(look.State) {
-			r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
+			r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
 			return r.setStatus(ctx, c, ch.status)
 		}
-		r.log.Warn("charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+		r.log.WarnContext(ctx, "charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "lookup_outcome", look.Outcome, "state", look.State, "detail", res.Detail)
 		return nil, r.unavailable(ch.op, c, a)
 	default: // declined, error: the gateway refused it
-		r.log.Warn("charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+		r.log.WarnContext(ctx, "charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "decline_code", res.DeclineCode, "detail", res.Detail)
 		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res))
 	}
@@ -199,7 +199,7 @@ func (r *Router) setStatus(ctx context.Context, c *payrouter.Charge, status payr
 	if err := r.charges.SaveCharge(ctx, c); err != nil {
 		return nil, fmt.Errorf("storing charge %s as %s: %w", c.ID, status, err)
 	}
-	r.log.Info("charge."+string(status), "charge_id", c.ID, "gateway", c.Gateway)
+	r.log.InfoContext(ctx, "charge."+string(status), "charge_id", c.ID, "gateway", c.Gateway)
 	return c, nil
 }
 
@@ -279,11 +279,11 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64) (*pa
 		if err := r.completeRefund(ctx, rf, res); err != nil {
 			// The gateway applied it: the answer says so, and a retry of the request must not
 			// become a second refund, so this is no error for the caller.
-			r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
+			r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
 		}
 		return rf, nil
 	case res.Outcome.NotSent():
-		if r.refundFallback != fallback.Queue {
+		if r.table().refundFallback != fallback.Queue {
 			r.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
 			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
 		}
@@ -319,7 +319,7 @@ func (r *Router) sendRefund(ctx context.Context, gw payrouter.Gateway, c *payrou
 		return gw.Refund(ctx, req)
 	})
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.Info("refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
+		r.log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
 			"outcome", res.Outcome, "duration_ms", d.Milliseconds(), "detail", res.Detail)
 	}
 	return res, d
@@ -340,7 +340,7 @@ func (r *Router) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSen
 		if err != nil {
 			*rf = was
 			if serr := r.refunds.SaveRefund(ctx, rf); serr != nil {
-				r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", serr)
+				r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", serr)
 			}
 		}
 	} else {
@@ -354,7 +354,7 @@ func (r *Router) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSen
 		level("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent, "err", err)
 		return err
 	}
-	r.log.Info("refund.queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent)
+	r.log.InfoContext(ctx, "refund.queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent)
 	return nil
 }
 
@@ -368,7 +368,7 @@ func (r *Router) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBef
 		Amount: rf.Amount, Currency: rf.Currency, NotBefore: notBefore, CreatedAt: r.now().UTC(),
 	})
 	if err != nil {
-		r.log.Warn("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+		r.log.WarnContext(ctx, "refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
 	}
 	return err
 }
@@ -393,7 +393,7 @@ func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res p
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
 		return fmt.Errorf("storing refund %s as succeeded: %w", rf.ID, err)
 	}
-	r.log.Info("refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
+	r.log.InfoContext(ctx, "refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
 	c, err := r.charges.Charge(ctx, rf.ChargeID)
 	if err != nil {
 		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
@@ -414,9 +414,9 @@ func (r *Router) failRefund(ctx context.Context, rf *payrouter.Refund, detail st
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundFailed, detail, r.now().UTC()
-	r.log.Warn("refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
+	r.log.WarnContext(ctx, "refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
-		r.log.Error("refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+		r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
 	}
 }
 
@@ -430,7 +430,7 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	}
 	rf, err := r.refunds.Refund(ctx, t.RefundID)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		r.log.Error("task.refund_missing", "refund_id", t.RefundID, "charge_id", t.ChargeID)
+		r.log.ErrorContext(ctx, "task.refund_missing", "refund_id", t.RefundID, "charge_id", t.ChargeID)
 		return nil // nothing can ever send it; kept, it would come back for ever
 	}
 	if err != nil {
@@ -443,7 +443,7 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	if err != nil {
 		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
 	}
-	gw := r.gateways[rf.Gateway]
+	gw := r.table().gateways[rf.Gateway]
 	if gw == nil {
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
 	}
@@ -488,12 +488,12 @@ func (r *Router) Refresh(ctx context.Context, id string) (c *payrouter.Charge, s
 	answered, look, err := r.lookUpProcessing(ctx, c)
 	if err != nil {
 		// What the gateway said is still the truth to answer; the reconciler stores it later.
-		r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+		r.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
 	}
 	if answered {
 		return c, false, nil
 	}
-	if r.statusFallback == fallback.Fail {
+	if r.table().statusFallback == fallback.Fail {
 		return nil, false, r.unavailable(payrouter.OpStatus, c, look)
 	}
 	r.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
@@ -517,7 +517,7 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	if c.Status != payrouter.StatusProcessing {
 		return true, payrouter.Attempt{}, nil
 	}
-	gw := r.gateways[c.Gateway]
+	gw := r.table().gateways[c.Gateway]
 	if gw == nil || c.Reference == "" || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		// Stored before its first call and never settled (the process stopped mid-call), or held
 		// by a gateway no longer configured: there is nothing this look-up can ask.
@@ -526,7 +526,7 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	res, d := r.lookUp(ctx, c, gw)
 	look = attemptOf(c.Gateway, c.Reference, res, d)
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.Info("charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
+		r.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return false, look, nil
 	}
 
@@ -571,13 +571,13 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	case payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
 		// Captured, then refunded at the gateway without payrouter: captured is what the charge
 		// came to; its refunds are not payrouter's to count.
-		r.log.Warn("charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
+		r.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
 		res.State = payrouter.TxCaptured
 		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
 		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
 	}
-	r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
+	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
 
 	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
 		return true, look, nil
@@ -609,7 +609,7 @@ func (r *Router) captureProcessing(ctx context.Context, c *payrouter.Charge, gw 
 		return gw.Capture(ctx, req)
 	})
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.Warn("charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
+		r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
 		return res, false
 	}
 	return payrouter.Result{

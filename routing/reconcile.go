@@ -100,7 +100,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 	charges, err := r.charges.ChargesByStatus(ctx, payrouter.StatusProcessing, reconcileBatch)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
-			log.Warn("reconcile.list_failed", "err", err)
+			log.WarnContext(ctx, "reconcile.list_failed", "err", err)
 		}
 		return
 	}
@@ -124,7 +124,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 		}
 		if age := now.Sub(c.CreatedAt); age > cmp.Or(rc.Overdue, DefaultOverdue) && !b.overdue {
 			b.overdue = true
-			log.Warn("charge.reconcile_overdue", "charge_id", c.ID, "gateway", c.Gateway, "processing_for", age.Round(time.Second).String())
+			log.WarnContext(ctx, "charge.reconcile_overdue", "charge_id", c.ID, "gateway", c.Gateway, "processing_for", age.Round(time.Second).String())
 		}
 		due = append(due, c)
 	}
@@ -165,7 +165,7 @@ func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrou
 	defer cancel()
 	answered, err := r.resolveProcessing(ctx, c)
 	if err != nil {
-		log.Warn("reconcile.failed", "charge_id", c.ID, "gateway", c.Gateway, "err", err)
+		log.WarnContext(ctx, "reconcile.failed", "charge_id", c.ID, "gateway", c.Gateway, "err", err)
 		return false
 	}
 	if !answered || !c.Status.Final() {
@@ -173,6 +173,6 @@ func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrou
 	}
 	took := r.now().Sub(c.CreatedAt)
 	r.obs.ChargeReconciled(c.Status, took)
-	log.Info("charge.reconciled", "charge_id", c.ID, "gateway", c.Gateway, "status", c.Status, "took_ms", took.Milliseconds())
+	log.InfoContext(ctx, "charge.reconciled", "charge_id", c.ID, "gateway", c.Gateway, "status", c.Status, "took_ms", took.Milliseconds())
 	return true
 }

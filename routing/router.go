@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -15,25 +16,19 @@ import (
 
 // Router runs charges through their route's gateways.
 type Router struct {
-	routes   []Route
-	gateways map[string]payrouter.Gateway
-	domains  *resilience.Domains
-	charges  payrouter.ChargeStore
-	budget   time.Duration
-	log      *slog.Logger
-	now      func() time.Time
-	rnd      func(n int) int
+	// tab is the configuration in use: routes and adapters; Update swaps it.
+	tab     atomic.Pointer[table]
+	domains *resilience.Domains
+	charges payrouter.ChargeStore
+	budget  time.Duration
+	log     *slog.Logger
+	now     func() time.Time
+	rnd     func(n int) int
 	// leaveFinalSave: Config.LeaveFinalSave.
 	leaveFinalSave bool
 	refunds        payrouter.RefundStore
 	queue          payrouter.Queue
-	refundFallback fallback.Policy
-	statusFallback fallback.Policy
 	obs            Observer
-	// stats is what recent charge attempts tell of each gateway (hedge delays, success_rate);
-	// hedgeBudgets the hedge token bucket of each hedged route, by name. hedge.go, strategy.go.
-	stats        map[string]*gatewayStats
-	hedgeBudgets map[string]*hedgeBudget
 	// late counts the attempts left running in the background when their charge answered.
 	late sync.WaitGroup
 }
@@ -92,48 +87,86 @@ type Config struct {
 
 // New returns a Router. Every gateway named by a route must be in Gateways and Domains.
 func New(cfg Config) (*Router, error) {
-	for _, r := range cfg.Routes {
-		for _, g := range r.order(func(int) int { return 0 }) {
-			if cfg.Gateways[g] == nil || cfg.Domains.Guard(g, payrouter.OpCharge) == nil {
-				return nil, fmt.Errorf("route %s: gateway %q is not configured", r.Name, g)
-			}
-		}
+	if err := checkRoutes(cfg.Routes, cfg.Gateways, cfg.Domains.Current()); err != nil {
+		return nil, err
 	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{
-		routes: cfg.Routes, gateways: cfg.Gateways, domains: cfg.Domains, charges: cfg.Charges,
+		domains: cfg.Domains, charges: cfg.Charges,
 		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, leaveFinalSave: cfg.LeaveFinalSave,
-		refunds: cfg.Refunds, queue: cfg.Queue, refundFallback: cfg.RefundFallback,
-		statusFallback: cfg.StatusFallback, obs: cfg.Observer,
-	}
-	if r.refundFallback == "" {
-		r.refundFallback = fallback.Queue
-	}
-	if r.statusFallback == "" {
-		r.statusFallback = fallback.Degrade
+		refunds: cfg.Refunds, queue: cfg.Queue, obs: cfg.Observer,
 	}
 	if r.obs == nil {
 		r.obs = nopObserver{}
 	}
-	r.stats, r.hedgeBudgets = newStats(cfg.Gateways, cfg.Routes)
+	r.tab.Store(newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current(), cfg.RefundFallback, cfg.StatusFallback))
 	return r, nil
+}
+
+// table is what a reload changes in a Router: the routes, the adapters (of retired gateways
+// too, for the charges they hold), the failure domains they run under and the fallbacks. A charge runs on the
+// table it started with; what recent attempts tell of each gateway (hedge delays, success_rate)
+// and each hedged route's token bucket carry over to the next table by name.
+type table struct {
+	routes   []Route
+	gateways map[string]payrouter.Gateway
+	set      *resilience.DomainSet
+	// stats is what recent charge attempts tell of each gateway; hedgeBudgets the hedge token
+	// bucket of each hedged route, by name. hedge.go, strategy.go.
+	stats        map[string]*gatewayStats
+	hedgeBudgets map[string]*hedgeBudget
+	// refundFallback and statusFallback: Config.RefundFallback and Config.StatusFallback.
+	refundFallback, statusFallback fallback.Policy
+}
+
+// table returns the table in use now.
+func (r *Router) table() *table { return r.tab.Load() }
+
+// checkRoutes refuses a route naming a gateway that has no adapter or is not live in set.
+func checkRoutes(routes []Route, gateways map[string]payrouter.Gateway, set *resilience.DomainSet) error {
+	for _, r := range routes {
+		for _, g := range r.order(func(int) int { return 0 }) {
+			if gateways[g] == nil || !set.Live(g) {
+				return fmt.Errorf("route %s: gateway %q is not configured", r.Name, g)
+			}
+		}
+	}
+	return nil
+}
+
+// Update makes routes, gateways (the adapters by name, those of retired gateways included) and
+// the fallbacks (as in Config) the router's, over the domains' current set: call it after the
+// Domains' Update. Charges under way finish on the routes and domains they started with; their
+// follow-ups (capture, refunds, queued tasks) reach their gateway while its adapter is in
+// gateways.
+func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, refund, status fallback.Policy) error {
+	set := r.domains.Current()
+	if err := checkRoutes(routes, gateways, set); err != nil {
+		return err
+	}
+	r.tab.Store(newTable(r.table(), routes, gateways, set, refund, status))
+	return nil
 }
 
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
 // pinned gateway is the only candidate.
 func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []string, err error) {
+	return r.candidates(r.table(), c)
+}
+
+func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gateways []string, err error) {
 	if c.PinnedGateway != "" {
-		if r.gateways[c.PinnedGateway] == nil {
+		if tab.gateways[c.PinnedGateway] == nil || !tab.set.Live(c.PinnedGateway) {
 			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
 		}
 		return "", []string{c.PinnedGateway}, nil
 	}
-	for _, rt := range r.routes {
+	for _, rt := range tab.routes {
 		if rt.Match.Matches(c.Amount, c.Currency, c.Country) {
-			return rt.Name, r.orderOf(rt), nil
+			return rt.Name, r.orderOf(tab, rt), nil
 		}
 	}
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
@@ -147,7 +180,8 @@ func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []strin
 // that goes away does not cancel gateway calls under way: a charge cut off mid-call would become
 // an unknown outcome.
 func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
-	route, candidates, err := r.Candidates(c)
+	tab := r.table()
+	route, candidates, err := r.candidates(tab, c)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +195,8 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	run := chargeRun{Router: r, c: c}
-	run.hedge, run.hedgeBudget = r.hedgeOf(route)
+	run := chargeRun{Router: r, table: tab, c: c}
+	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
 		return nil, fmt.Errorf("storing charge %s before its first gateway call: %w", c.ID, run.storeErr)
@@ -175,7 +209,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancelSave()
 		if err := r.charges.SaveCharge(saveCtx, c); err != nil {
-			r.log.Error("charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+			r.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
 		}
 	}
 	if unavailable {
@@ -207,11 +241,11 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 		c.Attempts = prev.Attempts
 		return nil, false, nil
 	}
-	r.log.Warn("charge.asked_again", "charge_id", c.ID, "status", prev.Status,
+	r.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,
 		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
 	if prev.Status == payrouter.StatusProcessing {
 		if _, err := r.resolveProcessing(ctx, prev); err != nil {
-			r.log.Warn("charge.store_failed", "charge_id", prev.ID, "err", err)
+			r.log.WarnContext(ctx, "charge.store_failed", "charge_id", prev.ID, "err", err)
 		}
 	}
 	return prev, true, nil
@@ -220,6 +254,7 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 // chargeRun is one charge on its way through its candidate gateways.
 type chargeRun struct {
 	*Router
+	*table   // the routes, adapters and domains it started with
 	c        *payrouter.Charge
 	stored   bool  // the charge is in the store: a gateway was about to be called
 	storeErr error // storing it failed, so no gateway was called
@@ -261,13 +296,13 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	c := run.c
 	for _, name := range candidates {
 		gw := run.gateways[name]
-		guard := run.domains.Guard(name, payrouter.OpCharge)
+		guard := run.set.Guard(name, payrouter.OpCharge)
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
 		req := payrouter.ChargeRequest{
 			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
 			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
 		}
-		res, d := guard.Do(ctx, func(ctx context.Context) payrouter.Result {
+		res, d := guard.Do(resilience.WithAttempt(ctx, len(c.Attempts)+1, false), func(ctx context.Context) payrouter.Result {
 			if !run.storeBeforeCall(ctx, name, ref) {
 				return notCalled
 			}
@@ -283,7 +318,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 			if res.Outcome != payrouter.OutcomeSucceeded {
 				// Refusals without a call are counted by the metrics, not logged one by one: an
 				// outage at full traffic must not flood the logs.
-				run.log.Info("charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
+				run.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
 					"duration_ms", d.Milliseconds(), "detail", res.Detail)
 			}
 		}
@@ -320,10 +355,10 @@ func (r *Router) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.
 	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
 	res, _ := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) })
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.Warn("charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
+		r.log.WarnContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
 	}
-	r.log.Info("charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
+	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
 	return outcomeOfState(res)
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/resilience"
 )
 
 // Strategy orders a route's gateways for each charge.
@@ -44,13 +46,19 @@ type gatewayStats struct {
 	approvals approvalRate
 }
 
-// newStats makes the learning state of every gateway, and a hedge budget for every hedged route.
-func newStats(gateways map[string]payrouter.Gateway, routes []Route) (map[string]*gatewayStats, map[string]*hedgeBudget) {
-	stats := make(map[string]*gatewayStats, len(gateways))
+// newTable makes a table of routes and gateways over set, carrying over from prev (nil: none) the
+// learning state of each gateway and the hedge budget of each hedged route whose share is the same.
+func newTable(prev *table, routes []Route, gateways map[string]payrouter.Gateway, set *resilience.DomainSet, refund, status fallback.Policy) *table {
+	t := &table{routes: routes, gateways: gateways, set: set,
+		stats: make(map[string]*gatewayStats, len(gateways)), hedgeBudgets: map[string]*hedgeBudget{},
+		refundFallback: cmp.Or(refund, fallback.Queue), statusFallback: cmp.Or(status, fallback.Degrade)}
 	for name := range gateways {
-		stats[name] = &gatewayStats{}
+		if prev != nil && prev.stats[name] != nil {
+			t.stats[name] = prev.stats[name]
+		} else {
+			t.stats[name] = &gatewayStats{}
+		}
 	}
-	budgets := map[string]*hedgeBudget{}
 	for _, rt := range routes {
 		if rt.Hedge == nil {
 			continue
@@ -59,9 +67,13 @@ func newStats(gateways map[string]payrouter.Gateway, routes []Route) (map[string
 		if share <= 0 || share > 1 {
 			share = DefaultHedgeBudget
 		}
-		budgets[rt.Name] = &hedgeBudget{share: share}
+		if prev != nil && prev.hedgeBudgets[rt.Name] != nil && prev.hedgeBudgets[rt.Name].share == share {
+			t.hedgeBudgets[rt.Name] = prev.hedgeBudgets[rt.Name]
+		} else {
+			t.hedgeBudgets[rt.Name] = &hedgeBudget{share: share}
+		}
 	}
-	return stats, budgets
+	return t
 }
 
 // approvalRate counts a gateway's approvals and declines over a sliding window of time, in
@@ -110,7 +122,7 @@ func (w *approvalRate) rate(now time.Time) float64 {
 }
 
 // orderOf returns the gateways to try for one charge of rt, in order, by its strategy.
-func (r *Router) orderOf(rt Route) []string {
+func (r *Router) orderOf(tab *table, rt Route) []string {
 	gateways := rt.order(r.rnd)
 	if rt.Strategy != SuccessRate || r.rnd(100) < exploreShare {
 		return gateways
@@ -119,7 +131,7 @@ func (r *Router) orderOf(rt Route) []string {
 	rates := make(map[string]float64, len(gateways))
 	for _, g := range gateways {
 		rates[g] = 1
-		if st := r.stats[g]; st != nil {
+		if st := tab.stats[g]; st != nil {
 			rates[g] = st.approvals.rate(now)
 		}
 	}

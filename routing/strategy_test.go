@@ -104,7 +104,7 @@ func TestSuccessRateOrder(t *testing.T) {
 			f.router.now = func() time.Time { return now }
 			f.router.rnd = func(n int) int { return n - 1 }
 			for g, r := range tc.rates {
-				feed(&f.router.stats[g].approvals, r[0], r[1])
+				feed(&f.router.table().stats[g].approvals, r[0], r[1])
 			}
 			if _, got, _ := f.router.Candidates(newCharge()); !equal(got, tc.want) {
 				t.Errorf("order %v, want %v", got, tc.want)

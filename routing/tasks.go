@@ -21,10 +21,10 @@ const RecheckFor = 5 * time.Minute
 // handed out again; the gateway reference it sends is the same every time, so no task is ever
 // applied twice at a gateway.
 func (r *Router) Work(ctx context.Context, t payrouter.Task) error {
-	if r.gateways[t.Gateway] == nil {
+	if r.table().gateways[t.Gateway] == nil {
 		// A gateway removed from the configuration: nothing can be sent there any more. The
 		// task stays for an instance that still knows the gateway, and ops see it in the log.
-		r.log.Error("task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
+		r.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, t.Gateway)
 	}
 	if r.now().Before(t.NotBefore) {
@@ -36,7 +36,7 @@ func (r *Router) Work(ctx context.Context, t payrouter.Task) error {
 	case payrouter.TaskVoid, payrouter.TaskRecheck:
 		return r.release(ctx, t)
 	}
-	r.log.Error("task.unknown_kind", "task", t.Kind, "charge_id", t.ChargeID)
+	r.log.ErrorContext(ctx, "task.unknown_kind", "task", t.Kind, "charge_id", t.ChargeID)
 	return nil // nothing can ever do it; kept, it would come back for ever
 }
 
@@ -49,7 +49,7 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 	} else if keeps {
 		return nil // the charge's own attempt: never released, the reconciler resolves it
 	}
-	gw := r.gateways[t.Gateway]
+	gw := r.table().gateways[t.Gateway]
 	look := payrouter.TxRequest{Reference: t.Reference, ChargeReference: t.Reference, GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency}
 	res, _ := r.domains.Guard(t.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, look)
@@ -80,10 +80,10 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 	if out.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: %s %s: %s", fallback.ErrLater, op, out.Outcome, out.Detail)
 	}
-	r.log.Warn("charge.stray_released", "charge_id", t.ChargeID, "gateway", t.Gateway, "reference", t.Reference,
+	r.log.WarnContext(ctx, "charge.stray_released", "charge_id", t.ChargeID, "gateway", t.Gateway, "reference", t.Reference,
 		"found", res.State, "did", op, "task", t.Kind)
 	if err := r.markVoided(ctx, t.ChargeID, t.Gateway, t.Reference); err != nil {
-		r.log.Warn("charge.store_failed", "charge_id", t.ChargeID, "err", err)
+		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", t.ChargeID, "err", err)
 	}
 	return nil
 }
@@ -137,12 +137,12 @@ func (r *Router) releaseLater(ctx context.Context, kind payrouter.TaskKind, c *p
 		Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now,
 	}
 	if r.queue == nil {
-		r.log.Error("task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", "no queue configured")
+		r.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", "no queue configured")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if _, err := r.queue.Enqueue(ctx, t); err != nil {
-		r.log.Error("task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
+		r.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
 	}
 }

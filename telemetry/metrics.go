@@ -3,6 +3,7 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/resilience"
@@ -25,6 +27,7 @@ type Metrics struct {
 	breakerTransitions *prometheus.CounterVec
 	breakerRejections  *prometheus.CounterVec
 	breakerInfo        *breakerInfo
+	reloads            *reloadInfo
 	gatewayDuration    *prometheus.HistogramVec
 	bulkheadInFlight   *prometheus.GaugeVec
 	bulkheadCapacity   *prometheus.GaugeVec
@@ -66,6 +69,7 @@ func NewMetrics() *Metrics {
 			Help: "Calls refused without a network call because the breaker was open.",
 		}, []string{"gateway", "operation"}),
 		breakerInfo: newBreakerInfo(),
+		reloads:     newReloadInfo(),
 		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_gateway_request_duration_seconds",
 			Help:    "Duration of gateway calls, by outcome.",
@@ -134,7 +138,7 @@ func NewMetrics() *Metrics {
 	m.queueDepth.WithLabelValues(TaskQueue)
 	reg.MustRegister(m.stateStoreUp, m.probeUp, m.probes, m.probeDuration,
 
-		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo,
+		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
 		m.charges, m.fallbacks, m.hedges, m.queueDepth, m.reconciled, m.httpDuration,
 		collectors.NewGoCollector(),
@@ -143,9 +147,23 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Handler serves the registry in the Prometheus text format.
+// Handler serves the registry: in the Prometheus text format, or in OpenMetrics to a scraper
+// that asks for it (Accept: application/openmetrics-text), which is the only format that shows
+// the duration histograms' exemplars (observe).
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, EnableOpenMetrics: true})
+}
+
+// observe adds one observation to h. When ctx holds a sampled span the observation carries its
+// trace id as an exemplar, so that a slow bucket on a dashboard leads to the trace of one of the
+// calls in it; a span not sampled is not exported, and an exemplar would lead nowhere.
+func observe(ctx context.Context, h prometheus.Observer, v float64) {
+	sc := trace.SpanContextFromContext(ctx)
+	if eo, ok := h.(prometheus.ExemplarObserver); ok && sc.IsSampled() {
+		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+		return
+	}
+	h.Observe(v)
 }
 
 // stateValue is the gauge value of CONTRACT.md: 0 closed, 1 open, 2 half_open.
@@ -183,13 +201,14 @@ func (m *Metrics) BreakerRejected(gateway string, op payrouter.Operation) {
 	m.breakerRejections.WithLabelValues(gateway, string(op)).Inc()
 }
 
-// CallDone implements resilience.Observer: the duration of calls that reached the gateway, and
-// the failures counted against its breaker.
-func (m *Metrics) CallDone(gateway string, op payrouter.Operation, outcome payrouter.Outcome, d time.Duration) {
+// CallDone implements resilience.Observer: the duration of calls that reached the gateway (with
+// the attempt's trace id as an exemplar, ctx holding its span), and the failures counted against
+// its breaker.
+func (m *Metrics) CallDone(ctx context.Context, gateway string, op payrouter.Operation, outcome payrouter.Outcome, d time.Duration) {
 	if outcome == payrouter.OutcomeBreakerOpen || outcome == payrouter.OutcomeBulkheadFull {
 		return // no call was made; the rejection counters say it
 	}
-	m.gatewayDuration.WithLabelValues(gateway, string(op), string(outcome)).Observe(d.Seconds())
+	observe(ctx, m.gatewayDuration.WithLabelValues(gateway, string(op), string(outcome)), d.Seconds())
 	if outcome.IsFailure() {
 		m.breakerFailures.WithLabelValues(gateway, string(op), string(outcome)).Inc()
 	}
@@ -219,9 +238,10 @@ func (m *Metrics) FallbackUsed(op payrouter.Operation, fallback string) {
 	m.fallbacks.WithLabelValues(string(op), fallback).Inc()
 }
 
-// HTTPRequest observes one storefront API request.
-func (m *Metrics) HTTPRequest(route string, code int, d time.Duration) {
-	m.httpDuration.WithLabelValues(route, strconv.Itoa(code)).Observe(d.Seconds())
+// HTTPRequest observes one storefront API request; ctx is the request's, with its span (an
+// exemplar's trace id).
+func (m *Metrics) HTTPRequest(ctx context.Context, route string, code int, d time.Duration) {
+	observe(ctx, m.httpDuration.WithLabelValues(route, strconv.Itoa(code)), d.Seconds())
 }
 
 // StateStoreUp sets payrouter_state_store_up.

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -15,14 +16,19 @@ import (
 type Observer struct {
 	*Metrics
 	log       *slog.Logger
-	cooldowns map[string]time.Duration // by gateway
+	cooldowns atomic.Pointer[map[string]time.Duration] // by gateway
 }
 
 // NewObserver returns an Observer over m that logs transitions to log. cooldowns gives each
 // gateway's breaker cooldown, for the log line.
 func NewObserver(m *Metrics, log *slog.Logger, cooldowns map[string]time.Duration) *Observer {
-	return &Observer{Metrics: m, log: log, cooldowns: cooldowns}
+	o := &Observer{Metrics: m, log: log}
+	o.SetCooldowns(cooldowns)
+	return o
 }
+
+// SetCooldowns gives the gateways' cooldowns after a reload.
+func (o *Observer) SetCooldowns(cooldowns map[string]time.Duration) { o.cooldowns.Store(&cooldowns) }
 
 // transitionEvents names the log line of a transition by the state it enters.
 var transitionEvents = map[resilience.State]string{
@@ -48,7 +54,7 @@ func (o *Observer) BreakerTransition(gateway string, op payrouter.Operation, fro
 		slog.Int64("requests", counts.Requests),
 		slog.Int64("failures", counts.Failures),
 		slog.Int64("consecutive_failures", counts.ConsecutiveFailures),
-		slog.Int64("cooldown_ms", o.cooldowns[gateway].Milliseconds()),
+		slog.Int64("cooldown_ms", (*o.cooldowns.Load())[gateway].Milliseconds()),
 	)
 }
 

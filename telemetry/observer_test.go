@@ -50,11 +50,11 @@ func TestMetricsFamiliesExist(t *testing.T) {
 	m := NewMetrics()
 	m.InitBreaker("ding", payrouter.OpRefund, resilience.StateClosed)
 	m.InitBulkhead("ding", 7)
-	m.CallDone("ding", payrouter.OpCharge, payrouter.OutcomeTimeout, 2*time.Second)
-	m.CallDone("ding", payrouter.OpCharge, payrouter.OutcomeBreakerOpen, 0) // no call: no duration sample
+	m.CallDone(t.Context(), "ding", payrouter.OpCharge, payrouter.OutcomeTimeout, 2*time.Second)
+	m.CallDone(t.Context(), "ding", payrouter.OpCharge, payrouter.OutcomeBreakerOpen, 0) // no call: no duration sample
 	m.ChargeAnswered("", payrouter.StatusFailed)
 	m.FallbackUsed(payrouter.OpCharge, "fail")
-	m.HTTPRequest("POST /charge", 503, time.Millisecond)
+	m.HTTPRequest(t.Context(), "POST /charge", 503, time.Millisecond)
 	if n := testutil.CollectAndCount(m.gatewayDuration); n != 1 {
 		t.Errorf("duration series = %d, want 1 (breaker_open is not a call)", n)
 	}

@@ -7,10 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"reflect"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -27,15 +33,16 @@ import (
 )
 
 // loadConfig parses the -config flag and loads the file; every problem is one line on stderr and
-// the exit code is 2.
-func loadConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (*config.Config, error) {
+// the exit code is 2. It returns the file's path too.
+func loadConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (*config.Config, string, error) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (YAML)")
 	if err := fs.Parse(args); err != nil {
-		return nil, &exitError{code: 2}
+		return nil, "", &exitError{code: 2}
 	}
-	return loadConfigFile(cmd, *path, getenv)
+	cfg, err := loadConfigFile(cmd, *path, getenv)
+	return cfg, *path, err
 }
 
 // loadConfigFile loads the file -config named.
@@ -52,7 +59,7 @@ func loadConfigFile(cmd, path string, getenv func(string) string) (*config.Confi
 
 // check is `payrouter check`: validate, then print the capacity arithmetic and warnings.
 func check(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig("check", args, getenv, stderr)
+	cfg, _, err := loadConfig("check", args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -79,7 +86,7 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 		return usageError("probe: a prober beside the instances shares their breakers through state.redis_url; it is empty")
 	}
 	log := telemetry.NewLogger(stderr)
-	a, err := newApp(ctx, cfg, log, "probe")
+	a, err := newApp(ctx, cfg, log, "probe", *path, getenv)
 	if err != nil {
 		return err
 	}
@@ -92,7 +99,7 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.metrics.Handler())
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"status":"ok"}`) })
-		srv = newHTTPServer(*listen, mux, 5*time.Second)
+		srv = newHTTPServer(*listen, mux, 5*time.Second, log)
 		ln, err := net.Listen("tcp", *listen)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
@@ -108,20 +115,31 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 
 // app is one running payrouter: everything serve (or probe) wires together.
 type app struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	origin  string // this process, as the fleet and the probe leases know it
+	cfg    *config.Config // as started: the settings a reload cannot change come from here
+	log    *slog.Logger
+	origin string // this process, as the fleet and the probe leases know it
+	// path and getenv are where a reload reads the configuration from.
+	path    string
+	getenv  func(string) string
 	store   payrouter.Store
 	shared  *statestore.Store // nil with the in-memory store
 	fleet   *resilience.Fleet // nil with the in-memory store
 	prober  *resilience.Prober
 	metrics *telemetry.Metrics
+	obs     *telemetry.Observer
 	domains *resilience.Domains
 	router  *routing.Router
 	// worker drains the task queue and reconciler resolves processing charges; nil in `probe`.
 	worker     *fallback.Worker
 	reconciler *routing.Reconciler
 	closers    []func()
+
+	// reloadMu orders reloads. live is the configuration in use; adapters and checks are the
+	// gateways' adapters (of removed gateways too, for the charges they hold) and probe checks.
+	reloadMu sync.Mutex
+	live     atomic.Pointer[config.Config]
+	adapters map[string]payrouter.Gateway
+	checks   map[string]resilience.HealthCheck
 }
 
 // workerIdle is how long a queued task handed to an instance waits before another may take it:
@@ -137,14 +155,9 @@ func workerIdle(cfg *config.Config) time.Duration {
 	return idle
 }
 
-// newApp wires the configuration into a running set of parts, without listening yet. role names
-// the process in its origin ("serve" or "probe").
-func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role string) (*app, error) {
-	host, _ := os.Hostname()
-	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid())}
-
+// gatewaySettings turns cfg's gateways into resilience's, in file order.
+func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
 	var settings []resilience.GatewaySettings
-	cooldowns := map[string]time.Duration{}
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
 		timeouts := map[payrouter.Operation]time.Duration{}
@@ -152,7 +165,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 			timeouts[op] = g.TimeoutFor(string(op))
 		}
 		settings = append(settings, resilience.GatewaySettings{
-			Name: name, Timeout: g.Timeout, Timeouts: timeouts,
+			Name: name, Endpoint: g.Kind + " " + g.BaseURL, Timeout: g.Timeout, Timeouts: timeouts,
 			MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
 			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
 			Breaker: resilience.BreakerSettings{
@@ -166,49 +179,47 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 				OutOfBand:           g.Breaker.Probe == config.ProbeOutOfBand,
 			},
 		})
-		a.metrics.InitBulkhead(name, g.MaxConcurrent)
-		cooldowns[name] = g.Breaker.Cooldown
 	}
-	obs := telemetry.NewObserver(a.metrics, log, cooldowns)
-	a.domains = resilience.NewDomains(settings, obs)
+	return settings
+}
+
+// cooldowns gives each gateway's breaker cooldown, for the transition log line.
+func cooldowns(cfg *config.Config) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, g := range cfg.Gateways {
+		out[name] = g.Breaker.Cooldown
+	}
+	return out
+}
+
+// newApp wires the configuration into a running set of parts, without listening yet. role names
+// the process in its origin ("serve" or "probe"); path and getenv are where reload reads.
+func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, path string, getenv func(string) string) (*app, error) {
+	host, _ := os.Hostname()
+	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid()),
+		path: path, getenv: getenv, adapters: map[string]payrouter.Gateway{}, checks: map[string]resilience.HealthCheck{}}
+	a.live.Store(cfg)
+	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
+	a.domains = resilience.NewDomains(gatewaySettings(cfg), a.obs)
 	a.closers = append(a.closers, a.domains.Close)
-	for _, s := range a.domains.Snapshots() {
-		a.metrics.InitBreaker(s.Gateway, s.Operation, s.State)
-		a.metrics.BreakerCooldown(s.Gateway, s.Operation, cooldowns[s.Gateway])
-	}
+	a.initMetrics(cfg, cfg.GatewayNames)
 
 	if err := a.openStore(ctx); err != nil {
 		return nil, err
 	}
-
-	adapters := map[string]payrouter.Gateway{}
-	checks := map[string]resilience.HealthCheck{}
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.Client(name))
-		if err != nil {
-			a.close()
-			return nil, &exitError{code: 2, err: fmt.Errorf("gateways.%s: %w", name, err)}
-		}
-		adapters[name] = gw
-		if g.Breaker.Probe == config.ProbeOutOfBand {
-			// The prober's own adapter on its own connection pool: a customer pool full of
-			// calls to a busy gateway must not fail its probe.
-			tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 2, MaxIdleConnsPerHost: 1, IdleConnTimeout: 90 * time.Second}
-			a.closers = append(a.closers, tr.CloseIdleConnections)
-			pgw, _ := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: tr})
-			checks[name] = pgw.Health
-		}
+	if _, err := a.wireGateways(cfg, nil); err != nil {
+		a.close()
+		return nil, &exitError{code: 2, err: err}
 	}
 	var leases payrouter.Leases
 	if a.shared != nil {
 		leases = a.shared
 	}
-	a.prober = resilience.NewProber(a.domains, checks, obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
+	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
 
 	var err error
 	a.router, err = routing.New(routing.Config{
-		Routes: routesOf(cfg), Gateways: adapters, Domains: a.domains, Charges: a.store,
+		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
 		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
@@ -230,6 +241,143 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role stri
 	return a, nil
 }
 
+// initMetrics shows the breakers and bulkheads of the named gateways from the start, with their
+// cooldowns: a dashboard's rate() and the alert rules need the series before the first change.
+func (a *app) initMetrics(cfg *config.Config, names []string) {
+	for _, name := range names {
+		g := cfg.Gateways[name]
+		a.metrics.InitBulkhead(name, g.MaxConcurrent)
+		for _, op := range payrouter.Operations {
+			if b := a.domains.Breaker(name, op); b != nil {
+				a.metrics.InitBreaker(name, op, b.State())
+				a.metrics.BreakerCooldown(name, op, g.Breaker.Cooldown)
+			}
+		}
+	}
+}
+
+// wireGateways builds the adapter of every gateway of cfg on its domain's client, and a probe
+// check on a connection pool of its own for each out-of-band one, into a.adapters and a.checks.
+// A gateway whose configuration is the same in prev (nil: none) keeps the ones it has; those of
+// removed gateways stay in a.adapters for the charges they hold. It returns the gateways whose
+// probe check is new.
+func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, err error) {
+	adapters := maps.Clone(a.adapters)
+	checks := map[string]resilience.HealthCheck{}
+	for _, name := range cfg.GatewayNames {
+		g := cfg.Gateways[name]
+		if prev != nil && reflect.DeepEqual(prev.Gateways[name], g) {
+			if c := a.checks[name]; c != nil {
+				checks[name] = c
+			}
+			continue
+		}
+		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.Client(name))
+		if err != nil {
+			return nil, fmt.Errorf("gateways.%s: %w", name, err)
+		}
+		adapters[name] = gw
+		if g.Breaker.Probe == config.ProbeOutOfBand {
+			// The prober's own adapter on its own connection pool: a customer pool full of
+			// calls to a busy gateway must not fail its probe.
+			tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 2, MaxIdleConnsPerHost: 1, IdleConnTimeout: 90 * time.Second}
+			a.closers = append(a.closers, tr.CloseIdleConnections)
+			pgw, _ := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: tr})
+			checks[name] = pgw.Health
+			renewedChecks = append(renewedChecks, name)
+		}
+	}
+	a.adapters, a.checks = adapters, checks
+	return renewedChecks, nil
+}
+
+// reload re-reads the configuration file and applies what can change while serving, in place:
+// gateways (added, changed, removed), routes and fallbacks. Gateways whose configuration is the
+// same keep their breakers, bulkheads and connections; a changed one keeps each part whose own
+// settings did not change (resilience.Domains.Update). Charges under way finish on the settings
+// they started with. A file that does not load is refused with its problems and nothing changes.
+// Settings that need a restart (listeners, request_timeout, auth, state, idempotency) are reported
+// and keep their running values. Each reload is counted in payrouter_config_reloads_total and
+// logged (config.reloaded or config.reload_refused).
+func (a *app) reload(how string) (config.Changes, error) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	running := a.live.Load()
+	next, err := config.Load(a.path, a.getenv, gateways.Kinds())
+	if err == nil {
+		next = config.Reloadable(running, next)
+		err = a.dryRunAdapters(next)
+	}
+	if err != nil {
+		a.metrics.ConfigReloaded(false)
+		var problems []string
+		var verr *config.ValidationError
+		if errors.As(err, &verr) {
+			problems = verr.Problems
+		} else {
+			problems = []string{err.Error()}
+		}
+		a.log.Error("config.reload_refused", "how", how, "path", a.path, "problems", problems,
+			"then", "the running configuration stays")
+		return config.Changes{}, fmt.Errorf("%w: %w", httpapi.ErrConfigRefused, err)
+	}
+
+	changes := config.Diff(running, next)
+	report, err := a.domains.Update(gatewaySettings(next))
+	if err != nil { // config refuses what Update would; this is a bug
+		a.metrics.ConfigReloaded(false)
+		a.log.Error("config.reload_refused", "how", how, "err", err.Error())
+		return config.Changes{}, fmt.Errorf("%w: %w", httpapi.ErrConfigRefused, err)
+	}
+	changes.Renewed = report.Renewed
+	a.obs.SetCooldowns(cooldowns(next))
+	renewedChecks, err := a.wireGateways(next, running)
+	if err == nil {
+		err = a.router.Update(routesOf(next), a.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
+	}
+	if err != nil {
+		// dryRunAdapters and config validation make this unreachable; should it happen, the
+		// domains are new and the router is not: say so loudly.
+		a.metrics.ConfigReloaded(false)
+		a.log.Error("config.reload_failed", "how", how, "err", err.Error())
+		return config.Changes{}, err
+	}
+	a.prober.Update(a.checks, renewedChecks)
+	if a.worker != nil {
+		a.worker.SetIdle(workerIdle(next))
+	}
+	a.metrics.ForgetGateways(changes.Gateways.Removed)
+	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
+	a.live.Store(next)
+	a.metrics.ConfigReloaded(true)
+	a.log.Info("config.reloaded", "how", how, "path", a.path,
+		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
+		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks,
+		"restart_needed", changes.RestartNeeded)
+	for _, w := range next.Check().Warnings {
+		a.log.Warn("config.warning", "warning", w)
+	}
+	return changes, nil
+}
+
+// dryRunAdapters refuses a configuration whose adapters could not be built, before anything
+// changes.
+func (a *app) dryRunAdapters(cfg *config.Config) error {
+	for _, name := range cfg.GatewayNames {
+		g := cfg.Gateways[name]
+		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, http.DefaultClient); err != nil {
+			return fmt.Errorf("gateways.%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Reload is POST /admin/reload (httpapi.Reloader).
+func (a *app) Reload(context.Context) (config.Changes, error) { return a.reload("admin") }
+
+// Summary lists the gateways now configured, for /admin/gateways (httpapi.Reloader).
+func (a *app) Summary() []config.GatewaySummary { return a.live.Load().Summary() }
+
 // openStore opens the state store the configuration names: memstore, or Redis shared by the
 // fleet, behind statestore so that a Redis outage leaves the instance serving on local state.
 func (a *app) openStore(ctx context.Context) error {
@@ -239,7 +387,7 @@ func (a *app) openStore(ctx context.Context) error {
 		a.closers = append(a.closers, func() { mem.Close() })
 		return nil
 	}
-	rs, err := redisstore.Open(a.cfg.State.RedisURL, redisstore.Options{Timeout: a.cfg.State.RedisTimeout})
+	rs, err := redisstore.Open(a.cfg.State.RedisURL, redisstore.Options{Timeout: a.cfg.State.RedisTimeout, Log: a.log})
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -316,15 +464,27 @@ func routesOf(cfg *config.Config) []routing.Route {
 
 // serve is `payrouter serve`: both listeners until ctx ends, then a drain of in-flight requests.
 func serve(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	cfg, err := loadConfig("serve", args, getenv, stderr)
+	cfg, path, err := loadConfig("serve", args, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	log := telemetry.NewLogger(stderr)
+	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	telemetry.LogTracingErrors(log)
+	defer func() { // after the drain: the last requests' spans go out too
+		flushCtx, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelFlush()
+		if err := shutdownTracing(flushCtx); err != nil {
+			log.Warn("tracing.shutdown_failed", "err", err.Error())
+		}
+	}()
 	for _, w := range cfg.Check().Warnings {
 		log.Warn("config.warning", "warning", w) // what `payrouter check` would have said
 	}
-	a, err := newApp(ctx, cfg, log, "serve")
+	a, err := newApp(ctx, cfg, log, "serve", path, getenv)
 	if err != nil {
 		return err
 	}
@@ -337,12 +497,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 
 	deps := httpapi.Deps{
 		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: a.router, Store: a.store,
-		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(),
+		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(), Reloader: a,
 		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
 	}
 	servers := []*http.Server{
-		newHTTPServer(cfg.Listen, httpapi.NewServer(deps), cfg.RequestTimeout),
-		newHTTPServer(cfg.AdminListen, httpapi.NewAdminServer(deps), cfg.RequestTimeout),
+		newHTTPServer(cfg.Listen, httpapi.NewServer(deps), cfg.RequestTimeout, log),
+		newHTTPServer(cfg.AdminListen, httpapi.NewAdminServer(deps), cfg.RequestTimeout, log),
 	}
 	listeners := make([]net.Listener, len(servers))
 	for i, srv := range servers {
@@ -366,10 +526,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	log.Info("payrouter.serving", "listen", listeners[0].Addr().String(), "admin_listen", listeners[1].Addr().String(),
 		"gateways", cfg.GatewayNames, "state", a.stateName(), "origin", a.origin)
 
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
+	// SIGHUP re-reads the configuration, as POST /admin/reload does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+serving:
+	for {
+		select {
+		case <-ctx.Done():
+			break serving
+		case err := <-errc:
+			return err
+		case <-hup:
+			a.reload("SIGHUP") // logged and counted either way
+		}
 	}
 	// Drain: charges under way finish (each within request_timeout), new connections are refused.
 	log.Info("payrouter.draining")
@@ -385,11 +555,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	return firstErr
 }
 
-// newHTTPServer sets every timeout: a slow client must not hold a connection open for ever.
-func newHTTPServer(addr string, h http.Handler, budget time.Duration) *http.Server {
+// newHTTPServer sets every timeout: a slow client must not hold a connection open for ever. What
+// net/http itself has to say (a TLS handshake error, a panic it recovered) goes to log as JSON.
+func newHTTPServer(addr string, h http.Handler, budget time.Duration, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      budget + 15*time.Second,

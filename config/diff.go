@@ -1,0 +1,81 @@
+package config
+
+import "reflect"
+
+// Changes is what a reload finds between the running configuration and the file: what it applies
+// in place (gateways, routes, fallbacks) and what waits for a restart.
+type Changes struct {
+	Gateways GatewayChanges `json:"gateways"`
+	// Renewed lists, for each changed gateway, the parts that started afresh ("breakers",
+	// "bulkhead", "connections"); the serving side fills it in.
+	Renewed       map[string][]string `json:"renewed"`
+	Routes        bool                `json:"routes_changed"`
+	Fallbacks     bool                `json:"fallbacks_changed"`
+	RestartNeeded []string            `json:"restart_needed"` // top-level keys whose new value waits for a restart
+}
+
+// GatewayChanges sorts the gateways by what a reload does to them, each list in file order (the
+// removed ones in the running configuration's order).
+type GatewayChanges struct {
+	Added     []string `json:"added"`
+	Changed   []string `json:"changed"`
+	Removed   []string `json:"removed"`
+	Unchanged []string `json:"unchanged"`
+}
+
+// None reports whether the file changes nothing.
+func (c Changes) None() bool {
+	g := c.Gateways
+	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && len(c.RestartNeeded) == 0
+}
+
+// Diff compares the running configuration with next, both loaded (defaults applied).
+func Diff(running, next *Config) Changes {
+	ch := Changes{Renewed: map[string][]string{}}
+	g := &ch.Gateways
+	g.Added, g.Changed, g.Removed, g.Unchanged = []string{}, []string{}, []string{}, []string{}
+	for _, name := range next.GatewayNames {
+		old, ok := running.Gateways[name]
+		switch {
+		case !ok:
+			g.Added = append(g.Added, name)
+		case reflect.DeepEqual(old, next.Gateways[name]):
+			g.Unchanged = append(g.Unchanged, name)
+		default:
+			g.Changed = append(g.Changed, name)
+		}
+	}
+	for _, name := range running.GatewayNames {
+		if _, ok := next.Gateways[name]; !ok {
+			g.Removed = append(g.Removed, name)
+		}
+	}
+	ch.Routes = !reflect.DeepEqual(running.Routes, next.Routes)
+	ch.Fallbacks = running.Fallbacks != next.Fallbacks
+	ch.RestartNeeded = []string{}
+	for _, f := range []struct {
+		key  string
+		same bool
+	}{
+		{"listen", running.Listen == next.Listen},
+		{"admin_listen", running.AdminListen == next.AdminListen},
+		{"request_timeout", running.RequestTimeout == next.RequestTimeout},
+		{"auth", reflect.DeepEqual(running.Auth, next.Auth)},
+		{"state", running.State == next.State},
+		{"idempotency", running.Idempotency == next.Idempotency},
+	} {
+		if !f.same {
+			ch.RestartNeeded = append(ch.RestartNeeded, f.key)
+		}
+	}
+	return ch
+}
+
+// Reloadable returns next with the settings that need a restart taken from running: what a
+// reload puts in place.
+func Reloadable(running, next *Config) *Config {
+	out := *next
+	out.Listen, out.AdminListen, out.RequestTimeout = running.Listen, running.AdminListen, running.RequestTimeout
+	out.Auth, out.State, out.Idempotency = running.Auth, running.State, running.Idempotency
+	return &out
+}
