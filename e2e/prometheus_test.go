@@ -194,8 +194,8 @@ func (ps *promServer) ruleHealth() (loaded int, bad []string, err error) {
 //   - `circuit_breaker_state{gateway="paywell",operation="charge"}` through the HTTP API reads 1
 //     for both instances.
 //   - PayrouterBreakerOpenTooLong goes pending for paywell/charge once the breaker has kept
-//     paywell out for more than two cooldowns while refusing calls (its `for: 1m` is not waited
-//     out: firing would only add a minute).
+//     paywell out for more than two cooldowns while refusing calls, then fires once its `for: 1m`
+//     has passed (the shipped rule, unchanged: this test takes a minute longer for it).
 func TestPrometheusSeesTheOutage(t *testing.T) {
 	skipIfShort(t)
 	promBin, err := exec.LookPath("prometheus")
@@ -355,6 +355,26 @@ func TestPrometheusSeesTheOutage(t *testing.T) {
 	t.Logf("Prometheus /api/v1/alerts: %s{gateway=%q, operation=%q, job=%q, severity=%q} %s, seen %v after the opening; activeAt %v after it, value %.2fs kept out (threshold 2 x cooldown = %v)",
 		alertName, found.Labels["gateway"], found.Labels["operation"], found.Labels["job"], found.Labels["severity"],
 		found.State, seenAt, found.ActiveAt.Sub(opened).Round(10*time.Millisecond), keptOut, 2*cooldown)
+
+	// The shipped rule's `for: 1m` passes with the outage still on: it fires, and Prometheus's
+	// ALERTS series says so through PromQL.
+	var firingAt time.Duration
+	eventually(t, 90*time.Second, alertName+" firing for paywell/charge", func() (bool, string) {
+		res, err := ps.query(`ALERTS{alertname="` + alertName + `",gateway="paywell",operation="charge",alertstate="firing"}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(res) == 0 {
+			return false, "no firing ALERTS series yet"
+		}
+		firingAt = since()
+		return true, ""
+	})
+	t.Logf("PromQL ALERTS{alertname=%q, gateway=\"paywell\", operation=\"charge\", alertstate=\"firing\"}: present %v after the opening (pending was seen at %v; for: 1m)",
+		alertName, firingAt, seenAt)
+	if firingAt < seenAt+50*time.Second {
+		t.Errorf("%s fired %v after the opening, only %v after it was pending: want its for: 1m waited out", alertName, firingAt, firingAt-seenAt)
+	}
 
 	// The value behind it, through PromQL, for the note.
 	for _, q := range []string{
