@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,6 +232,13 @@ func TestIncidentSaturationWhileProbing(t *testing.T) {
 	b := startPayrouter(t, s, cfg)
 	b.proc.name = "payrouter-B"
 	pp := startProber(t, s, cfg)
+	// A fleet-wide `kill -HUP` reaches the prober too: it says it does not reload, and goes on.
+	if err := pp.proc.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "payrouter probe logs that it does not reload on SIGHUP", func() (bool, string) {
+		return strings.Contains(pp.proc.out.String(), `"msg":"probe.reload_unsupported"`), pp.proc.out.tail(2)
+	})
 	probers := []prober{{"payrouter probe", pp.metrics}, {"A", a.metrics}, {"B", b.metrics}}
 	base := mustProbeCounts(t, probers, "tranglo")
 	loadStart := time.Now()

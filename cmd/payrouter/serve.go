@@ -108,6 +108,21 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 		defer srv.Close()
 	}
 	log.Info("probe.running", "gateways", a.prober.Gateways(), "holder", a.origin)
+	// SIGHUP must not kill a prober that a fleet-wide `kill -HUP` reached: it says it does not
+	// reload instead.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Warn("probe.reload_unsupported", "then", "restart `payrouter probe` to read the configuration again")
+			}
+		}
+	}()
 	a.run(ctx)
 	log.Info("probe.stopped")
 	return nil
