@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/payrouter/payrouter"
 )
@@ -56,9 +57,20 @@ var spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)
 // trace context its request carries (propagate.go) names this span as the parent. The tracer
 // is the global TracerProvider's at each call, so that telemetry.SetupTracing (or a test) may set
 // it after the guards are made.
+//
+// Under a request whose trace is not sampled (serve without an exporter, or a caller that does
+// not sample) no span is made: the attempt would not be recorded either, and the gateway gets the
+// request's trace context, so logs and traces still join up. That keeps the fast 503 path of an
+// outage, three refused attempts per charge, from paying for three spans nobody keeps.
 func (g *Guard) startSpan(ctx context.Context) (context.Context, trace.Span) {
+	if parent := trace.SpanFromContext(ctx); parent.SpanContext().IsValid() && !parent.SpanContext().IsSampled() {
+		return ctx, unrecorded
+	}
 	return otel.Tracer(TracerName).Start(ctx, g.spanName, spanStart...)
 }
+
+// unrecorded stands for an attempt's span that was not made: ending it does nothing.
+var unrecorded = noop.Span{}
 
 // endSpan ends an attempt's span with its attributes and outcome, all set at once: one
 // allocation in the span rather than one per call. Failures and refusals (breaker_open,

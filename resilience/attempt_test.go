@@ -137,21 +137,3 @@ func TestGatewayClientSendsTheTraceContext(t *testing.T) {
 		})
 	}
 }
-
-// BenchmarkGuardDoTraced is BenchmarkGuardDo as serve runs it by default: an SDK TracerProvider
-// that samples every span and exports none (telemetry.SetupTracing without OTEL_* settings), a
-// request's span as the parent, an attempt number.
-func BenchmarkGuardDoTraced(b *testing.B) {
-	tp := sdktrace.NewTracerProvider()
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	b.Cleanup(func() { otel.SetTracerProvider(prev) })
-	g := benchGuard(b)
-	ctx, span := tp.Tracer("bench").Start(context.Background(), "POST /charge")
-	defer span.End()
-	ctx = WithAttempt(ctx, 1, false)
-	b.ReportAllocs()
-	for b.Loop() {
-		g.Do(ctx, succeed)
-	}
-}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/payrouter/payrouter"
 )
 
@@ -69,4 +72,27 @@ func BenchmarkGuardDoParallel(b *testing.B) {
 			g.Do(ctx, succeed)
 		}
 	})
+}
+
+// BenchmarkGuardDoTraced is BenchmarkGuardDo under a sampled request span, as serve runs with an
+// exporter: an SDK TracerProvider, an attempt number. BenchmarkGuardDoUnsampled is serve without
+// one: the request's span is not sampled, so the attempt makes no span. They come last in this
+// file because setting the global TracerProvider cannot be undone for the benchmarks after them.
+func BenchmarkGuardDoTraced(b *testing.B) { benchTraced(b, sdktrace.AlwaysSample()) }
+
+func BenchmarkGuardDoUnsampled(b *testing.B) {
+	benchTraced(b, sdktrace.ParentBased(sdktrace.NeverSample()))
+}
+
+func benchTraced(b *testing.B, sampler sdktrace.Sampler) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+	otel.SetTracerProvider(tp)
+	g := benchGuard(b)
+	ctx, span := tp.Tracer("bench").Start(context.Background(), "POST /charge")
+	defer span.End()
+	ctx = WithAttempt(ctx, 1, false)
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Do(ctx, succeed)
+	}
 }
