@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,10 @@ type Bulkhead struct {
 	reportMu sync.Mutex
 	// releaseFn is release as a func value made once, so that Acquire allocates nothing.
 	releaseFn func()
+	// quiet is set while the bulkhead is not its gateway's current one (Domains.Update replaced
+	// it, or retired the gateway): the calls it still holds finish on it, but its counts no
+	// longer speak for the gateway.
+	quiet atomic.Bool
 }
 
 // NewBulkhead returns a bulkhead of capacity slots (at least 1) for gateway; obs nil is
@@ -78,6 +83,9 @@ func (bh *Bulkhead) release() {
 }
 
 func (bh *Bulkhead) changed() {
+	if bh.quiet.Load() {
+		return
+	}
 	bh.reportMu.Lock()
 	bh.obs.BulkheadChanged(bh.gateway, len(bh.slots), cap(bh.slots))
 	bh.reportMu.Unlock()

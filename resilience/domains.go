@@ -156,6 +156,18 @@ func (d *Domains) Update(gateways []GatewaySettings) (UpdateReport, error) {
 	for _, h := range d.hooks {
 		h(set)
 	}
+	// Only the live gateways' bulkheads report their use: one replaced, or of a gateway
+	// retired, would otherwise set the gateway's gauges back to its old size as its last calls end.
+	live := map[*Bulkhead]bool{}
+	for _, gd := range set.gateways {
+		live[gd.bulkhead] = true
+		gd.bulkhead.quiet.Store(false)
+	}
+	for _, gd := range d.cur.Load().byName {
+		if !live[gd.bulkhead] {
+			gd.bulkhead.quiet.Store(true)
+		}
+	}
 	d.cur.Store(set)
 	return report, nil
 }

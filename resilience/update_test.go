@@ -44,7 +44,8 @@ func TestUpdateKeepsUnchangedGateways(t *testing.T) {
 // slot of the old one finishes on it.
 func TestUpdateRenewsOnlyWhatChanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := NewDomains(twoGateways(), nil)
+		rec := newRecorder()
+		d := NewDomains(twoGateways(), rec)
 		trip(t, d.Breaker("paywell", payrouter.OpCharge))
 		trip(t, d.Breaker("ding", payrouter.OpCharge))
 		oldPaywell, oldDing := d.Guard("paywell", payrouter.OpCharge), d.Guard("ding", payrouter.OpCharge)
@@ -96,10 +97,14 @@ func TestUpdateRenewsOnlyWhatChanged(t *testing.T) {
 		if oldDing.Bulkhead().InFlight() != 1 || dg.Bulkhead().InFlight() != 0 {
 			t.Errorf("in flight: old %d new %d, want the call under way on the old bulkhead", oldDing.Bulkhead().InFlight(), dg.Bulkhead().InFlight())
 		}
+		reports := len(rec.inFlight)
 		close(release)
 		wg.Wait()
 		if inFlight.Outcome != payrouter.OutcomeSucceeded || oldDing.Bulkhead().InFlight() != 0 {
 			t.Errorf("the call under way: %s, old bulkhead in flight %d", inFlight.Outcome, oldDing.Bulkhead().InFlight())
+		}
+		if len(rec.inFlight) != reports {
+			t.Errorf("the replaced bulkhead reported its use after the update: %v; it no longer speaks for ding", rec.inFlight[reports:])
 		}
 	})
 }
