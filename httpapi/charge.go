@@ -233,9 +233,16 @@ func (s *server) createCharge(c echo.Context) error {
 // the instance holding it died mid-call gets the same charge, which may have been approved,
 // instead of a second one (routing.Router.Charge). Attempt references derive from it too, so
 // even a charge sent again is the same transaction at the gateway.
-func chargeIDFor(scope, key string) string {
+func chargeIDFor(scope, key string) string { return idFor("ch_", scope, key) }
+
+// refundIDFor is the id of the refund an Idempotency-Key asks for, for the same reason
+// (routing.Router.Refund): a retry after a crash finds the refund instead of making a second.
+func refundIDFor(scope, key string) string { return idFor("re_", "refund\n"+scope, key) }
+
+// idFor derives an id with prefix from an API key's scope and an Idempotency-Key.
+func idFor(prefix, scope, key string) string {
 	sum := sha256.Sum256([]byte(scope + "\n" + key))
-	return "ch_" + base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16])
+	return prefix + base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16])
 }
 
 // runCharge sends a valid charge through the router and shapes its answer.

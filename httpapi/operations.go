@@ -184,7 +184,7 @@ func (s *server) refundCharge(c echo.Context) error {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func() (answer, error) {
-		rf, err := s.Router.Refund(c.Request().Context(), id, amount)
+		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundIDFor(c.Get("key_scope").(string), key))
 		if err != nil {
 			return s.problemAnswer(c, "refund", err)
 		}

@@ -231,7 +231,13 @@ func whyRefused(res payrouter.Result) string {
 // gateway answers. Errors: EState when the charge is not succeeded or has less left than amount;
 // a *fallback.Unavailable when the gateway could not take it and the fallback fails; an
 // EGatewayError when the gateway refused it (the refund is then failed).
-func (r *Router) Refund(ctx context.Context, chargeID string, amount int64) (*payrouter.Refund, error) {
+//
+// id names the refund ("": a new random one). httpapi derives it from the request's
+// Idempotency-Key, so that a retry whose key was free again (the instance holding it died
+// mid-request, after the refund was stored) finds that refund and answers it as it stands,
+// instead of refunding a second time; its safety task finishes it if it is still pending. The
+// same id asked for another charge or amount is EMismatch.
+func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
 	if amount < 0 {
 		return nil, payrouter.Errorf(payrouter.EInvalid, "a refund's amount must be positive")
 	}
@@ -243,6 +249,22 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64) (*pa
 	c, err := r.Get(ctx, chargeID)
 	if err != nil {
 		return nil, err
+	}
+	if id != "" {
+		prev, err := r.refunds.Refund(ctx, id)
+		switch {
+		case err == nil:
+			if prev.ChargeID != c.ID || amount != 0 && amount != prev.Amount {
+				return nil, payrouter.Errorf(payrouter.EMismatch, "refund %s was asked for with another charge or amount", id)
+			}
+			r.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
+				"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+			return prev, nil
+		case !errors.Is(err, payrouter.ErrNotFound):
+			return nil, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
+		}
+	} else {
+		id = "re_" + rand.Text()
 	}
 	left := c.Amount - c.Refunded
 	switch {
@@ -260,7 +282,6 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64) (*pa
 		return nil, err
 	}
 	now := r.now().UTC()
-	id := "re_" + rand.Text()
 	rf := &payrouter.Refund{
 		ID: id, ChargeID: c.ID, Amount: amount, Currency: c.Currency, Status: payrouter.RefundPending,
 		Gateway: c.Gateway, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,

@@ -312,7 +312,7 @@ func TestCaptureUnknownCharge(t *testing.T) {
 			t.Errorf("%s of an unknown charge: %v, want not-found", name, err)
 		}
 	}
-	if _, err := f.router.Refund(t.Context(), "ch_nope", 0); payrouter.Code(err) != payrouter.ENotFound {
+	if _, err := f.router.Refund(t.Context(), "ch_nope", 0, ""); payrouter.Code(err) != payrouter.ENotFound {
 		t.Errorf("refund of an unknown charge: %v, want not-found", err)
 	}
 	if _, err := f.router.GetRefund(t.Context(), "re_nope"); payrouter.Code(err) != payrouter.ENotFound {
@@ -402,7 +402,7 @@ func TestRefund(t *testing.T) {
 					atCall, _ = f.store.Refund(context.Background(), strings.TrimPrefix(calls[0], "refund:"))
 				}
 			}
-			rf, err := f.router.Refund(t.Context(), "ch_test", tc.amount)
+			rf, err := f.router.Refund(t.Context(), "ch_test", tc.amount, "")
 			if got := errKind(err); got != tc.wantErr {
 				t.Fatalf("err %v (%s), want %q", err, got, tc.wantErr)
 			}
@@ -478,7 +478,7 @@ func TestRefundThatCannotBeQueued(t *testing.T) {
 			f.router.queue = brokenQueue{f.store}
 			f.charge(t, payrouter.StatusSucceeded)
 			f.gw.set(payrouter.OpRefund, tc.answer)
-			rf, err := f.router.Refund(t.Context(), "ch_test", 0)
+			rf, err := f.router.Refund(t.Context(), "ch_test", 0, "")
 			if errKind(err) != tc.wantErr || rf != nil {
 				t.Fatalf("got %+v, %v; want no refund and %s", rf, err, tc.wantErr)
 			}
@@ -523,7 +523,7 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 			f.gw.appliedOnTimeout = tc.applied
 			f.charge(t, payrouter.StatusSucceeded)
 			f.gw.set(payrouter.OpRefund, tc.first)
-			rf, err := f.router.Refund(t.Context(), "ch_test", 700)
+			rf, err := f.router.Refund(t.Context(), "ch_test", 700, "")
 			if err != nil || rf.Status != payrouter.RefundQueued {
 				t.Fatalf("refund %+v, %v; want it queued", rf, err)
 			}
@@ -581,7 +581,7 @@ func TestConcurrentRefundsBothCount(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			if _, err := f.router.Refund(context.Background(), "ch_test", 600); err != nil {
+			if _, err := f.router.Refund(context.Background(), "ch_test", 600, ""); err != nil {
 				t.Error(err)
 			}
 		})
@@ -788,4 +788,26 @@ func TestRefresh(t *testing.T) {
 			t.Errorf("err %v, want not-found", err)
 		}
 	})
+}
+
+// A refund asked again under the id of one already stored (its Idempotency-Key was free again:
+// the instance that took it died mid-request) is answered as it stands and never sent twice, even
+// when it took all that was left; the same id for another amount is a mismatch.
+func TestRefundAskedAgainIsNotSentTwice(t *testing.T) {
+	f := newOpsFixture(t)
+	f.charge(t, payrouter.StatusSucceeded)
+	first, err := f.router.Refund(t.Context(), "ch_test", 0, "re_fromkey")
+	if err != nil || first.ID != "re_fromkey" || first.Status != payrouter.RefundSucceeded {
+		t.Fatalf("first refund: %+v, %v", first, err)
+	}
+	again, err := f.router.Refund(t.Context(), "ch_test", 0, "re_fromkey")
+	if err != nil || again.ID != "re_fromkey" || again.Status != payrouter.RefundSucceeded || again.Amount != 1999 {
+		t.Errorf("asked again: %+v, %v; want the first refund as it stands", again, err)
+	}
+	if calls := f.gw.Calls(); len(calls) != 1 {
+		t.Errorf("gateway calls %v, want the one refund", calls)
+	}
+	if _, err := f.router.Refund(t.Context(), "ch_test", 500, "re_fromkey"); payrouter.Code(err) != payrouter.EMismatch {
+		t.Errorf("the same id for another amount: %v, want %s", err, payrouter.EMismatch)
+	}
 }
