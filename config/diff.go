@@ -3,7 +3,7 @@ package config
 import "reflect"
 
 // Changes is what a reload finds between the running configuration and the file: what it applies
-// in place (gateways, routes, fallbacks) and what waits for a restart.
+// in place (gateways, routes, fallbacks, auth) and what waits for a restart.
 type Changes struct {
 	Gateways GatewayChanges `json:"gateways"`
 	// Renewed lists, for each changed gateway, the parts that started afresh ("breakers",
@@ -11,6 +11,7 @@ type Changes struct {
 	Renewed       map[string][]string `json:"renewed"`
 	Routes        bool                `json:"routes_changed"`
 	Fallbacks     bool                `json:"fallbacks_changed"`
+	Auth          bool                `json:"auth_changed"`   // API keys or admin token (never shown)
 	RestartNeeded []string            `json:"restart_needed"` // top-level keys whose new value waits for a restart
 }
 
@@ -26,7 +27,7 @@ type GatewayChanges struct {
 // None reports whether the file changes nothing.
 func (c Changes) None() bool {
 	g := c.Gateways
-	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && len(c.RestartNeeded) == 0
+	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && !c.Auth && len(c.RestartNeeded) == 0
 }
 
 // Diff compares the running configuration with next, both loaded (defaults applied).
@@ -52,6 +53,7 @@ func Diff(running, next *Config) Changes {
 	}
 	ch.Routes = !reflect.DeepEqual(running.Routes, next.Routes)
 	ch.Fallbacks = running.Fallbacks != next.Fallbacks
+	ch.Auth = !reflect.DeepEqual(running.Auth, next.Auth)
 	ch.RestartNeeded = []string{}
 	for _, f := range []struct {
 		key  string
@@ -60,7 +62,6 @@ func Diff(running, next *Config) Changes {
 		{"listen", running.Listen == next.Listen},
 		{"admin_listen", running.AdminListen == next.AdminListen},
 		{"request_timeout", running.RequestTimeout == next.RequestTimeout},
-		{"auth", reflect.DeepEqual(running.Auth, next.Auth)},
 		{"state", running.State == next.State},
 		{"idempotency", running.Idempotency == next.Idempotency},
 	} {
@@ -76,6 +77,6 @@ func Diff(running, next *Config) Changes {
 func Reloadable(running, next *Config) *Config {
 	out := *next
 	out.Listen, out.AdminListen, out.RequestTimeout = running.Listen, running.AdminListen, running.RequestTimeout
-	out.Auth, out.State, out.Idempotency = running.Auth, running.State, running.Idempotency
+	out.State, out.Idempotency = running.State, running.Idempotency
 	return &out
 }

@@ -15,7 +15,7 @@ func TestDiff(t *testing.T) {
 	next = edit(t, next, "  tranglo:\n    kind: tranglo\n", "  adyen:\n    kind: tranglo\n")       // tranglo gone, adyen new
 	next = edit(t, next, "gateways: [tranglo, paywell]", "gateways: [adyen, paywell]")             // so the routes change
 	next = edit(t, next, "gateways: [paywell, ding, tranglo]", "gateways: [paywell, ding, adyen]") //
-	next = edit(t, next, "api_keys: [sk_test]", "api_keys: [sk_test, sk_next]")                    // needs a restart
+	next = edit(t, next, "api_keys: [sk_test]", "api_keys: [sk_test, sk_next]")                    // applied in place
 	next = edit(t, next, "request_timeout: 10s", "request_timeout: 12s")                           // likewise
 	ch := Diff(running, mustParse(t, next))
 	g := ch.Gateways
@@ -23,16 +23,16 @@ func TestDiff(t *testing.T) {
 		!slices.Equal(g.Removed, []string{"tranglo"}) || !slices.Equal(g.Unchanged, []string{"ding"}) {
 		t.Errorf("gateways: %+v", g)
 	}
-	if !ch.Routes || ch.Fallbacks {
-		t.Errorf("routes changed %v, fallbacks changed %v; want true, false", ch.Routes, ch.Fallbacks)
+	if !ch.Routes || ch.Fallbacks || !ch.Auth {
+		t.Errorf("routes changed %v, fallbacks changed %v, auth changed %v; want true, false, true", ch.Routes, ch.Fallbacks, ch.Auth)
 	}
-	if !slices.Equal(ch.RestartNeeded, []string{"request_timeout", "auth"}) {
+	if !slices.Equal(ch.RestartNeeded, []string{"request_timeout"}) {
 		t.Errorf("restart needed: %v", ch.RestartNeeded)
 	}
 
 	applied := Reloadable(running, mustParse(t, next))
-	if applied.RequestTimeout != running.RequestTimeout || !slices.Equal(applied.Auth.APIKeys, running.Auth.APIKeys) {
-		t.Error("Reloadable took a setting that needs a restart")
+	if applied.RequestTimeout != running.RequestTimeout || !slices.Equal(applied.Auth.APIKeys, []string{"sk_test", "sk_next"}) {
+		t.Error("Reloadable took a setting that needs a restart, or left the API keys")
 	}
 	if applied.Gateways["paywell"].Timeout != mustParse(t, next).Gateways["paywell"].Timeout || applied.Gateways["adyen"].Kind != "tranglo" {
 		t.Error("Reloadable did not take the gateways")

@@ -64,7 +64,8 @@ func (in *instance) adminGateways(t *testing.T) []string {
 }
 
 // A reload under load: ops take paywell out of the USD route and put a new gateway, tranglo,
-// first (SIGHUP), then remove paywell altogether (POST /admin/reload), then send a broken file.
+// first (SIGHUP), then remove paywell altogether and add an API key (POST /admin/reload), then
+// send a broken file.
 // No charge fails because of a reload; each charge started after a reload goes where the new
 // routes say; ding, unchanged, keeps its forced breaker; a charge paywell holds can still be
 // captured after paywell is gone; the broken file is refused with its problems and changes
@@ -144,9 +145,15 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	waitSends(200)
 
-	// Reload 2, POST /admin/reload: paywell is no longer configured at all.
+	// Reload 2, POST /admin/reload: paywell is no longer configured at all, and a second API key
+	// starts a key rotation.
 	delete(cfg.Gateways, "paywell")
-	rewriteConfig(t, in, s, cfg.yaml(listen, admin, s))
+	const nextKey = "sk_e2e_rotated_in"
+	withKey := strings.Replace(cfg.yaml(listen, admin, s), fmt.Sprintf("api_keys: [%q]", apiKey), fmt.Sprintf("api_keys: [%q, %q]", apiKey, nextKey), 1)
+	if !strings.Contains(withKey, nextKey) {
+		t.Fatal("test bug: the configuration's api_keys line is not where the test looks")
+	}
+	rewriteConfig(t, in, s, withKey)
 	r := in.adminPost(t, "/admin/reload")
 	if r.status != http.StatusOK {
 		t.Fatalf("POST /admin/reload: %s", r)
@@ -158,6 +165,7 @@ func TestReloadUnderLoad(t *testing.T) {
 				Added, Changed, Removed, Unchanged []string
 			} `json:"gateways"`
 			RoutesChanged bool     `json:"routes_changed"`
+			AuthChanged   bool     `json:"auth_changed"`
 			RestartNeeded []string `json:"restart_needed"`
 		} `json:"changes"`
 	}
@@ -166,11 +174,16 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	ch := answer.Changes.Gateways
 	if !answer.Reloaded || !slices.Equal(ch.Removed, []string{"paywell"}) || !slices.Equal(ch.Unchanged, []string{"ding", "tranglo"}) ||
-		len(ch.Added)+len(ch.Changed) != 0 || answer.Changes.RoutesChanged || len(answer.Changes.RestartNeeded) != 0 {
+		len(ch.Added)+len(ch.Changed) != 0 || answer.Changes.RoutesChanged || !answer.Changes.AuthChanged || len(answer.Changes.RestartNeeded) != 0 {
 		t.Errorf("the second reload's answer: %s", r.body)
 	}
 	if got := in.adminGateways(t); !slices.Equal(got, []string{"ding", "tranglo"}) {
 		t.Errorf("after paywell was removed, /admin/gateways lists %v", got)
+	}
+	rotated, err := send(in.client, http.MethodPost, in.url+"/charge", chargeBody(1500, "USD", "tok_visa", ""),
+		"Authorization", "Bearer "+nextKey, "Content-Type", "application/json", "Idempotency-Key", "e2e-rotated-key")
+	if err != nil || rotated.status != http.StatusCreated {
+		t.Errorf("a charge with the API key the reload added: %v %s", err, rotated)
 	}
 	waitSends(200)
 
@@ -250,7 +263,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if !strings.Contains(log, `"msg":"config.reload_refused"`) {
 		t.Error("no config.reload_refused line for the broken file")
 	}
-	for _, secret := range []string{apiKey, adminToken, "paywell_e2e_key", "ding_e2e_key", "tranglo_e2e_key"} {
+	for _, secret := range []string{apiKey, nextKey, adminToken, "paywell_e2e_key", "ding_e2e_key", "tranglo_e2e_key"} {
 		if strings.Contains(log, secret) {
 			t.Errorf("payrouter's log holds a credential (%d characters) after three reloads", len(secret))
 		}

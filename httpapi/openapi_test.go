@@ -670,7 +670,7 @@ fallbacks:
 	}
 	st.reloader = &specReloader{running: cfg, file: cfgText}
 	deps := httpapi.Deps{
-		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: router, Store: st.store,
+		Credentials: httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken), Router: router, Store: st.store,
 		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(), Reloader: st.reloader,
 		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
 	}
@@ -682,7 +682,7 @@ fallbacks:
 	st.api = serve(httpapi.NewServer(deps), storefrontURL, "Bearer key-spec")
 	st.admin = serve(httpapi.NewAdminServer(deps), adminURL, "Bearer admin-spec")
 	off := deps
-	off.AdminToken = ""
+	off.Credentials = httpapi.NewCredentials(cfg.Auth.APIKeys, "")
 	st.adminOff = serve(httpapi.NewAdminServer(off), adminURL, "")
 
 	// Another instance, sharing breakers through a state store that does not answer.

@@ -29,11 +29,11 @@ const MaxBodyBytes = 64 << 10
 
 // Deps is everything the servers need.
 type Deps struct {
-	APIKeys    []string
-	AdminToken string // empty: /admin/ answers 403 to everyone
-	Router     *routing.Router
-	Store      payrouter.Store
-	Domains    *resilience.Domains
+	// Credentials are the API keys and the admin token; a reload may change them.
+	Credentials *Credentials
+	Router      *routing.Router
+	Store       payrouter.Store
+	Domains     *resilience.Domains
 	// Fleet shares breaker changes with the other instances; nil with an unshared store.
 	Fleet    *resilience.Fleet
 	Metrics  *telemetry.Metrics
@@ -51,7 +51,6 @@ type Deps struct {
 
 type server struct {
 	Deps
-	apiKeys [][32]byte // SHA-256 of each API key: compared in constant time, never kept in clear
 }
 
 func newEcho(d Deps) (*echo.Echo, *server) {
@@ -59,8 +58,8 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{Deps: d}
-	for _, k := range d.APIKeys {
-		s.apiKeys = append(s.apiKeys, sha256.Sum256([]byte(k)))
+	if s.Credentials == nil {
+		s.Credentials = NewCredentials(nil, "")
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -171,7 +170,7 @@ func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
 		token, ok := bearer(c)
 		if ok {
 			sum := sha256.Sum256([]byte(token))
-			for _, k := range s.apiKeys {
+			for _, k := range s.Credentials.load().apiKeys {
 				if subtle.ConstantTimeCompare(sum[:], k[:]) == 1 {
 					c.Set("key_scope", scopeOf(sum))
 					return next(c)
@@ -195,11 +194,12 @@ func scopeOf(sum [32]byte) string {
 // requireAdmin lets through requests with the admin token; with none configured nobody passes.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.AdminToken == "" {
+		admin := s.Credentials.load().adminToken
+		if admin == "" {
 			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token"))
 		}
 		token, ok := bearer(c)
-		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) != 1 {
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(admin)) != 1 {
 			return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <admin token>"))
 		}
 		return next(c)

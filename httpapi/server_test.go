@@ -64,7 +64,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		APIKeys: []string{"key-1", "key-2"}, AdminToken: adminToken, Router: router, Store: store,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, InFlightTTL: time.Minute,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}

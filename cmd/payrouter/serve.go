@@ -153,6 +153,7 @@ type app struct {
 	// gateways' adapters (of removed gateways too, for the charges they hold) and probe checks.
 	reloadMu sync.Mutex
 	live     atomic.Pointer[config.Config]
+	creds    *httpapi.Credentials // the API keys and admin token both listeners check
 	adapters map[string]payrouter.Gateway
 	checks   map[string]resilience.HealthCheck
 }
@@ -214,6 +215,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid()),
 		path: path, getenv: getenv, adapters: map[string]payrouter.Gateway{}, checks: map[string]resilience.HealthCheck{}}
 	a.live.Store(cfg)
+	a.creds = httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken)
 	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
 	a.domains = resilience.NewDomains(gatewaySettings(cfg), a.obs)
 	a.closers = append(a.closers, a.domains.Close)
@@ -307,11 +309,11 @@ func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, er
 }
 
 // reload re-reads the configuration file and applies what can change while serving, in place:
-// gateways (added, changed, removed), routes and fallbacks. Gateways whose configuration is the
+// gateways (added, changed, removed), routes, fallbacks and the API keys and admin token. Gateways whose configuration is the
 // same keep their breakers, bulkheads and connections; a changed one keeps each part whose own
 // settings did not change (resilience.Domains.Update). Charges under way finish on the settings
 // they started with. A file that does not load is refused with its problems and nothing changes.
-// Settings that need a restart (listeners, request_timeout, auth, state, idempotency) are reported
+// Settings that need a restart (listeners, request_timeout, state, idempotency) are reported
 // and keep their running values. Each reload is counted in payrouter_config_reloads_total and
 // logged (config.reloaded or config.reload_refused).
 func (a *app) reload(how string) (config.Changes, error) {
@@ -361,13 +363,14 @@ func (a *app) reload(how string) (config.Changes, error) {
 	if a.worker != nil {
 		a.worker.SetIdle(workerIdle(next))
 	}
+	a.creds.Set(next.Auth.APIKeys, next.Auth.AdminToken)
 	a.metrics.ForgetGateways(changes.Gateways.Removed)
 	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
 	a.live.Store(next)
 	a.metrics.ConfigReloaded(true)
 	a.log.Info("config.reloaded", "how", how, "path", a.path,
 		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
-		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks,
+		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth,
 		"restart_needed", changes.RestartNeeded)
 	for _, w := range next.Check().Warnings {
 		a.log.Warn("config.warning", "warning", w)
@@ -511,7 +514,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	defer stopBackground()
 
 	deps := httpapi.Deps{
-		APIKeys: cfg.Auth.APIKeys, AdminToken: cfg.Auth.AdminToken, Router: a.router, Store: a.store,
+		Credentials: a.creds, Router: a.router, Store: a.store,
 		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(), Reloader: a,
 		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
 	}
