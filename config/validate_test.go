@@ -63,6 +63,8 @@ func TestValidation(t *testing.T) {
 			[]string{"gateways.ding.base_url: must be an absolute http:// or https:// URL"}},
 		{"ftp base_url", "base_url: http://127.0.0.1:9102", "base_url: ftp://127.0.0.1",
 			[]string{"gateways.ding.base_url: must be an absolute http:// or https:// URL"}},
+		{"base_url with a query", "base_url: http://127.0.0.1:9102", "base_url: http://127.0.0.1:9102/?api_key=secret",
+			[]string{"gateways.ding.base_url: must have no query or fragment (credentials go under credentials:)"}},
 		{"timeout zero", "timeout: 3s", "timeout: 0s",
 			[]string{"gateways.paywell.timeout: must be > 0"}},
 		{"timeout negative", "timeout: 3s", "timeout: -3s",

@@ -378,16 +378,23 @@ func (a *app) reload(how string) (config.Changes, error) {
 	return changes, nil
 }
 
-// dryRunAdapters refuses a configuration whose adapters could not be built, before anything
-// changes.
+// dryRunAdapters refuses a configuration whose adapters could not be built (a missing
+// credential, say), before anything changes. The adapters it builds are thrown away unused.
 func (a *app) dryRunAdapters(cfg *config.Config) error {
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
-		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, http.DefaultClient); err != nil {
+		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: refuseAll{}}); err != nil {
 			return fmt.Errorf("gateways.%s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// refuseAll is the transport of adapters built only to be checked: they never send.
+type refuseAll struct{}
+
+func (refuseAll) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("payrouter: an adapter built to check the configuration sent a request")
 }
 
 // Reload is POST /admin/reload (httpapi.Reloader).
