@@ -142,7 +142,8 @@ type UpdateReport struct {
 // Update makes gateways the live set. A gateway with the same settings keeps its domain as it
 // is. A changed one gets new guards (its timeouts), and keeps each part whose own settings did not
 // change: its breakers (state, counts and forced state) unless the breaker rules or the endpoint
-// changed, its bulkhead (and the calls holding slots) unless its size or wait changed, its
+// changed (new rules on the same endpoint keep a forced state and an opening still running:
+// carryOver), its bulkhead (and the calls holding slots) unless its size or wait changed, its
 // connection pool unless the endpoint, size or dial timeout changed. Calls under way finish on
 // the guard they started with. Removed gateways are retired (see DomainSet). The hooks of
 // OnUpdate see the new set before any call does.
@@ -251,14 +252,31 @@ func (d *Domains) newGatewayDomain(s GatewaySettings, old *gatewayDomain) *gatew
 	keepBreakers := old != nil && o.Endpoint == s.Endpoint && o.Breaker == s.Breaker
 	for i, op := range payrouter.Operations {
 		var b *Breaker
-		if keepBreakers {
+		switch {
+		case keepBreakers:
 			b = old.guards[i].breaker
-		} else {
+		case old != nil && o.Endpoint == s.Endpoint:
+			b = NewBreaker(s.Name, op, s.Breaker, d.obs)
+			carryOver(b, old.guards[i].breaker)
+		default:
 			b = NewBreaker(s.Name, op, s.Breaker, d.obs)
 		}
 		gd.guards = append(gd.guards, NewGuard(b, gd.bulkhead, s.TimeoutFor(op), d.obs))
 	}
 	return gd
+}
+
+// carryOver gives a breaker made afresh for new rules what was decided about the same endpoint
+// under the old ones: a forced state (ops took the gateway out; new rules must not put it back),
+// and an opening still running, until its open_until. Counts start over. A new endpoint carries
+// nothing: the breaker measured another server.
+func carryOver(b, old *Breaker) {
+	if f := old.Snapshot().Forced; f != payrouter.ForcedNone {
+		b.Force(f)
+	}
+	if until, c, open := old.ownOpen(); open {
+		b.fleetOpened(time.Until(until), c)
+	}
 }
 
 // renewedFrom names the parts of gd that are not old's.

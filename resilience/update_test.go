@@ -90,7 +90,14 @@ func TestUpdateRenewsOnlyWhatChanged(t *testing.T) {
 		expectState(t, g.Breaker(), StateOpen)
 
 		dg := d.Guard("ding", payrouter.OpCharge)
-		expectState(t, dg.Breaker(), StateClosed)
+		if dg.Breaker() == oldDing.Breaker() {
+			t.Error("ding kept its breaker through new rules")
+		}
+		// New rules, same endpoint: the opening goes on until its open_until, counts start over.
+		expectState(t, dg.Breaker(), StateOpen)
+		if got, want := dg.Breaker().OpenUntil(), oldDing.Breaker().OpenUntil(); !got.Equal(want) {
+			t.Errorf("ding's new breaker open until %v, want the old one's %v", got, want)
+		}
 		if dg.Bulkhead() == oldDing.Bulkhead() || dg.Bulkhead().Capacity() != 8 {
 			t.Errorf("ding bulkhead: same=%v capacity=%d, want a new one of 8", dg.Bulkhead() == oldDing.Bulkhead(), dg.Bulkhead().Capacity())
 		}
@@ -217,4 +224,28 @@ func TestProberFollowsUpdates(t *testing.T) {
 			t.Errorf("tranglo probes %d, want 1, five seconds after it was added", tranglo.calls.Load())
 		}
 	})
+}
+
+// New breaker rules keep what ops decided: a breaker forced open stays forced open. A new
+// endpoint starts afresh: the breaker measured another server.
+func TestUpdateKeepsForcedStateThroughNewRules(t *testing.T) {
+	d := NewDomains(twoGateways(), nil)
+	d.Breaker("paywell", payrouter.OpCharge).Force(payrouter.ForcedOpen)
+
+	next := twoGateways()
+	next[0].Breaker.Cooldown = time.Minute
+	if _, err := d.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Breaker("paywell", payrouter.OpCharge).Snapshot(); s.Forced != payrouter.ForcedOpen || s.State != StateOpen {
+		t.Errorf("after new rules: %s forced %q, want forced open", s.State, s.Forced)
+	}
+
+	next[0].Endpoint = "paywell http://paywell-eu"
+	if _, err := d.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Breaker("paywell", payrouter.OpCharge).Snapshot(); s.Forced != payrouter.ForcedNone || s.State != StateClosed {
+		t.Errorf("after a new endpoint: %s forced %q, want closed, not forced", s.State, s.Forced)
+	}
 }
