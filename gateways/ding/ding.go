@@ -19,9 +19,7 @@
 package ding
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -140,30 +138,18 @@ func operationOf(req payrouter.TxRequest) operationRequest {
 	return operationRequest{DistributorRef: req.Reference, TransferRef: req.GatewayReference, OriginalDistributorRef: req.ChargeReference}
 }
 
-// call makes one request and maps its answer. The answer's Detail and DeclineCode come out with
-// the API key and tokens (the card token the request carries) masked: the gateway's error texts
-// may quote what it was sent.
+// call makes one request and maps its answer (gatewayhttp.Account.Exchange masks the API key and
+// tokens, the card token the request carries, in it: the gateway's error texts may quote what it
+// was sent).
 func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any, tokens ...string) payrouter.Result {
-	buf, err := json.Marshal(body)
+	req, err := c.NewJSONRequest(ctx, path, body)
 	if err != nil {
-		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: encoding the request: " + err.Error()}, tokens...)
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: " + err.Error()}, tokens...)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
-	if err != nil {
-		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "ding: building the request: " + err.Error()}, tokens...)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
 	// Ding spells its header in lower case with an underscore; set it as is rather than in
 	// Go's canonical form.
 	req.Header["api_key"] = []string{c.APIKey}
-	ans, err := gatewayhttp.Do(c.HTTP, req)
-	if err != nil {
-		r := gatewayhttp.ResultOf(err)
-		r.Detail = "ding: " + r.Detail
-		return c.Redact(r, tokens...)
-	}
-	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
+	return c.Exchange("ding", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
 }
 
 // detail trims a gateway-provided text for Result.Detail.

@@ -8,6 +8,7 @@ package gatewayhttp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -202,6 +203,36 @@ func NewAccount(kind, baseURL string, credentials map[string]string, client *htt
 		return Account{}, fmt.Errorf("%s: an *http.Client is required", kind)
 	}
 	return Account{Base: base, APIKey: key, HTTP: client}, nil
+}
+
+// NewJSONRequest is a POST of body, encoded as JSON, to the account's path, accepting JSON.
+func (a Account) NewJSONRequest(ctx context.Context, path string, body any) (*http.Request, error) {
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL(path), bytes.NewReader(buf))
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+// Exchange sends req through the account's client and maps the answer with parse. What comes
+// back is masked (Redact: the API key, and tokens, the card tokens the request carries): the
+// answer's body before parse, so that no cut leaves part of a secret, and the Result after, as
+// gateways quote what they were sent in their error texts. A transport failure is ResultOf's,
+// its Detail prefixed with the gateway's kind.
+func (a Account) Exchange(kind string, req *http.Request, parse func(status int, body []byte) payrouter.Result, tokens ...string) payrouter.Result {
+	ans, err := Do(a.HTTP, req)
+	if err != nil {
+		r := ResultOf(err)
+		r.Detail = kind + ": " + r.Detail
+		return a.Redact(r, tokens...)
+	}
+	return a.Redact(parse(ans.Status, a.RedactBody(ans.Body, tokens...)), tokens...)
 }
 
 // URL is the address of an API path (which starts with "/") of the account.

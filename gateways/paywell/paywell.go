@@ -116,8 +116,8 @@ func chargeKey(req payrouter.TxRequest) string {
 }
 
 // call makes one request and maps its answer. A GET sends vals as its query, anything else as a
-// form-encoded body. The answer's Detail and DeclineCode come out with the API key and tokens
-// (the card token the request carries) masked: Paywell quotes its own messages, which may quote us.
+// form-encoded body. gatewayhttp.Account.Exchange masks the API key and tokens (the card token the
+// request carries) in the answer: Paywell quotes its own messages, which may quote us.
 func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path string, vals url.Values, idempotencyKey string, tokens ...string) payrouter.Result {
 	target := c.URL(path)
 	var req *http.Request
@@ -142,11 +142,5 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path 
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	ans, err := gatewayhttp.Do(c.HTTP, req)
-	if err != nil {
-		r := gatewayhttp.ResultOf(err)
-		r.Detail = "paywell: " + r.Detail
-		return c.Redact(r, tokens...)
-	}
-	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
+	return c.Exchange("paywell", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
 }

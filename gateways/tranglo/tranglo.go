@@ -16,9 +16,7 @@
 package tranglo
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -122,28 +120,16 @@ func operationOf(req payrouter.TxRequest) operationRequest {
 	return operationRequest{TransID: req.Reference, OrigTransID: req.ChargeReference, GloRefNo: req.GatewayReference, Amount: req.Amount}
 }
 
-// call makes one request and maps its answer. The answer's Detail and DeclineCode come out with
-// the API key and tokens (the card token the request carries) masked: the gateway's error texts
-// may quote what it was sent.
+// call makes one request and maps its answer (gatewayhttp.Account.Exchange masks the API key and
+// tokens, the card token the request carries, in it: the gateway's error texts may quote what it
+// was sent).
 func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, body any, tokens ...string) payrouter.Result {
-	buf, err := json.Marshal(body)
+	req, err := c.NewJSONRequest(ctx, path, body)
 	if err != nil {
-		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: encoding the request: " + err.Error()}, tokens...)
+		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: " + err.Error()}, tokens...)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL(path), bytes.NewReader(buf))
-	if err != nil {
-		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: building the request: " + err.Error()}, tokens...)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
 	req.Header.Set("X-Api-Key", c.APIKey)
-	ans, err := gatewayhttp.Do(c.HTTP, req)
-	if err != nil {
-		r := gatewayhttp.ResultOf(err)
-		r.Detail = "tranglo: " + r.Detail
-		return c.Redact(r, tokens...)
-	}
-	return c.Redact(resultOf(op, ans.Status, c.RedactBody(ans.Body, tokens...)), tokens...)
+	return c.Exchange("tranglo", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
 }
 
 // detail builds a Result.Detail, bounded and valid UTF-8 whatever the gateway sent.
