@@ -22,6 +22,9 @@ const (
 	EDeclined            ErrorCode = "card-declined"
 	EGatewayError        ErrorCode = "gateway-error"
 	EGatewaysUnavailable ErrorCode = "gateways-unavailable"
+	// EStateUnavailable: the store holding money state does not answer; nothing was sent to a
+	// gateway, and the same request may be sent again after Retry-After.
+	EStateUnavailable ErrorCode = "state-unavailable"
 	EInternal            ErrorCode = "internal"
 )
 
@@ -68,4 +71,11 @@ var (
 	ErrInFlight = errors.New("idempotency key in flight")
 	// ErrMismatch: the idempotency key was used with another request body.
 	ErrMismatch = errors.New("idempotency key used with another request")
+	// ErrHoldLost: the request's hold on its idempotency key ran out and a later request took
+	// the key; the write was refused, so the stalled holder changes nothing.
+	ErrHoldLost = errors.New("idempotency hold lost to a later request")
+	// ErrStateUnavailable is wrapped by every error a money store returns because it could not
+	// be reached or did not answer in time (as opposed to an answer about the data). Money
+	// requests then answer 503 state-unavailable and call no gateway.
+	ErrStateUnavailable = errors.New("money state store unavailable")
 )

@@ -113,7 +113,35 @@ const (
 	StatusFailed          ChargeStatus = "failed" // no gateway took it, or a gateway refused it
 	StatusVoided          ChargeStatus = "voided"
 	StatusRefunded        ChargeStatus = "refunded"
+	// StatusPartiallyRefunded: captured, and part of it given back.
+	StatusPartiallyRefunded ChargeStatus = "partially_refunded"
 )
+
+// StatusOfState maps what a gateway says of a charge's transaction to the charge's status: the
+// one mapping every path uses (a charge's own answer, a status look-up, a replay, the
+// reconciler, a queued task), so that no path can show a voided or refunded charge as
+// succeeded. known is false for the states that say nothing final about the charge (pending,
+// not found, unknown): the caller decides what those mean where it stands.
+func StatusOfState(s TxState) (status ChargeStatus, known bool) {
+	switch s {
+	case TxAuthorized:
+		return StatusRequiresCapture, true
+	case TxCaptured:
+		return StatusSucceeded, true
+	case TxVoided:
+		return StatusVoided, true
+	case TxRefunded:
+		return StatusRefunded, true
+	case TxPartiallyRefunded:
+		return StatusPartiallyRefunded, true
+	case TxDeclined:
+		return StatusDeclined, true
+	case TxFailed:
+		return StatusFailed, true
+	default:
+		return StatusProcessing, false
+	}
+}
 
 // Final reports whether the status can no longer change by itself (a capture, void or refund
 // may still move it on).
@@ -175,6 +203,9 @@ type Charge struct {
 	Attempts  []Attempt `json:"attempts"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Hold is the idempotency hold of the request writing the charge: saves made with it are
+	// fenced (ChargeStore.SaveCharge). Never stored.
+	Hold Hold `json:"-"`
 }
 
 // Attempt is one try at one gateway for a charge, in the order they were made.

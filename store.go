@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// ChargeStore keeps charges. Charges are written whole: the router is the only writer of a charge
-// while its request runs.
+// ChargeStore keeps charges. Charges are written whole: the request holding the charge's
+// idempotency key is the only writer of a charge while it runs.
 type ChargeStore interface {
-	// SaveCharge creates or replaces the charge with c.ID.
+	// SaveCharge creates or replaces the charge with c.ID. When c.Hold is held, the write is
+	// fenced: it is refused with ErrHoldLost unless c.Hold is still the key's latest claim.
 	SaveCharge(ctx context.Context, c *Charge) error
 	// Charge returns the charge with that id, or ErrNotFound.
 	Charge(ctx context.Context, id string) (*Charge, error)
@@ -26,19 +27,37 @@ type IdempotencyRecord struct {
 	CreatedAt   time.Time         `json:"created_at"`
 }
 
-// IdempotencyStore keeps idempotency keys. A key is claimed before any work begins, then either
-// completed with the answer (stored for ttl) or released (the answer is not stored, so the same key
-// may be sent again).
+// Hold is a request's claim on an idempotency key, from Claim until Complete or Release. Token
+// is its fencing token: every claim of any key gets a larger one than any claim before it, so a
+// holder that stalled past its hold (a paused process, a long GC) and then resumes is told apart
+// from the request that took the key after it, and every write it makes with its old Token is
+// refused with ErrHoldLost.
+type Hold struct {
+	Key   string
+	Token int64
+}
+
+// Held reports whether h is a hold at all (the zero Hold fences nothing).
+func (h Hold) Held() bool { return h.Token != 0 }
+
+// IdempotencyStore keeps idempotency keys. A key is claimed before any work begins, renewed while
+// the work runs, then either completed with the answer (stored for ttl) or released (the answer
+// is not stored, so the same key may be sent again).
 type IdempotencyStore interface {
-	// Claim takes key for a request with that fingerprint. It returns (nil, nil) when the key is
-	// new and now held by the caller; the stored record when the key completed with the same
-	// fingerprint; ErrInFlight when another request holds it; ErrMismatch when it was used with
-	// another fingerprint. inFlightTTL bounds how long a claim survives a crashed holder.
-	Claim(ctx context.Context, key, fingerprint string, inFlightTTL time.Duration) (*IdempotencyRecord, error)
-	// Complete stores the answer for a claimed key, kept for ttl.
-	Complete(ctx context.Context, key string, rec IdempotencyRecord, ttl time.Duration) error
-	// Release forgets a claimed key whose answer is not stored.
-	Release(ctx context.Context, key string) error
+	// Claim takes key for a request with that fingerprint, held for holdFor unless renewed. It
+	// returns the new Hold when the key is new (or its earlier hold ran out); the stored record
+	// when the key completed with the same fingerprint; ErrInFlight while another request holds
+	// it; ErrMismatch when it completed with another fingerprint.
+	Claim(ctx context.Context, key, fingerprint string, holdFor time.Duration) (*IdempotencyRecord, Hold, error)
+	// Renew extends h by holdFor from now; ErrHoldLost when a later claim took the key (h is
+	// then no longer the holder and must change nothing).
+	Renew(ctx context.Context, h Hold, holdFor time.Duration) error
+	// Complete stores the answer for the key of h, kept for ttl, even when the hold ran out
+	// while nobody took the key; ErrHoldLost when a later claim took it. A record already
+	// stored is kept: the first complete answer is the one replayed.
+	Complete(ctx context.Context, h Hold, rec IdempotencyRecord, ttl time.Duration) error
+	// Release forgets a key held by h whose answer is not stored; nothing when h lost it.
+	Release(ctx context.Context, h Hold) error
 }
 
 // Forced is a state ops imposed on a breaker through the admin API; it holds until reset and
@@ -120,17 +139,19 @@ type Queue interface {
 	QueueDepth(ctx context.Context) (int64, error)
 }
 
-// Store is everything payrouter keeps: one implementation per backend (memstore, redisstore).
+// Store is the money state (DESIGN.md, State stores): charges, refunds, idempotency records and
+// the durable task queue, with exactly one home, memstore for one instance or pgstore for a
+// fleet. It is never forked: when it cannot be reached its methods fail with an error wrapping
+// ErrStateUnavailable, and nothing is kept aside to serve from meanwhile.
 type Store interface {
 	ChargeStore
 	RefundStore
 	Queue
 	IdempotencyStore
-	BreakerStateStore
-	// CompleteCharge saves c and completes key with rec, as SaveCharge then Complete: the final
-	// state of a charge and the answer its request got, written together (one round trip to a
-	// networked store instead of two). Either may be stored without the other if it fails.
-	CompleteCharge(ctx context.Context, c *Charge, key string, rec IdempotencyRecord, ttl time.Duration) error
+	// CompleteCharge saves c and completes h's key with rec in one step (one transaction in the
+	// database): the final state of a charge and the answer its request got are stored together
+	// or not at all. Both are fenced by h: ErrHoldLost when a later claim took the key.
+	CompleteCharge(ctx context.Context, c *Charge, h Hold, rec IdempotencyRecord, ttl time.Duration) error
 	// Ping reports whether the store answers; /readyz uses it.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

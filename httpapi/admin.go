@@ -84,7 +84,7 @@ func (s *server) breakerAction(c echo.Context) error {
 			c.Response().Header().Set("Warning", `199 payrouter "applied to this instance only until the state store answers"`)
 		}
 	} else {
-		if err := s.Store.SetForced(c.Request().Context(), name, forced); err != nil {
+		if err := s.Forced.SetForced(c.Request().Context(), name, forced); err != nil {
 			s.Log.Error("breaker.force_store_failed", "breaker", name, "err", err)
 			return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not take the change; nothing was changed"))
 		}

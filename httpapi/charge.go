@@ -135,59 +135,152 @@ func fingerprint(op string, v any) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// idempotent runs work at most once per idempotency key: a completed key replays its stored
-// answer, a key in flight is 409, a key used with another request is 422.
-func (s *server) idempotent(c echo.Context, key, fp string, work func() (answer, error)) error {
+// idempotent runs work at most once per idempotency key: a completed key replays its answer
+// (re-rendered by current, when given, so that a replay shows the charge or refund as it stands
+// now), a key in flight is 409, a key used with another request is 422. The key is held while
+// work runs and the hold renewed, so that a key whose holder died or stalled is free again
+// within one hold (Deps.Hold); the answer is stored with the hold as its fence, so a holder that
+// lost its key to a later request changes nothing.
+func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payrouter.Hold) (answer, error), current func(ctx context.Context) (answer, bool, error)) error {
 	ctx := c.Request().Context()
 	storeKey := c.Get("key_scope").(string) + ":" + key
-	rec, err := s.Store.Claim(ctx, storeKey, fp, s.InFlightTTL)
+	rec, hold, err := s.Store.Claim(ctx, storeKey, fp, s.holdFor())
 	switch {
 	case errors.Is(err, payrouter.ErrInFlight):
 		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
 	case errors.Is(err, payrouter.ErrMismatch):
 		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
 	case err != nil:
-		return err
+		return s.writeError(c, "idempotency.claim_failed", err)
 	case rec != nil:
-		for k, v := range rec.Header {
-			c.Response().Header().Set(k, v)
-		}
-		c.Response().Header().Set("Idempotent-Replayed", "true")
-		return c.Blob(rec.Status, rec.Header[echo.HeaderContentType], rec.Body)
+		return s.replay(c, rec, current)
 	}
 
-	a, err := work()
-	if err != nil {
-		_ = s.Store.Release(context.WithoutCancel(ctx), storeKey)
-		return err
-	}
+	stop := s.keepHold(ctx, hold)
+	a, err := work(hold)
+	stop()
 	// The answer is stored even when the client has gone: it is what a retry will get.
 	storeCtx := context.WithoutCancel(ctx)
-	if a.charge != nil && !storedStatuses[a.status] {
-		if err := s.Store.SaveCharge(storeCtx, a.charge); err != nil {
-			s.Log.Error("charge.store_failed", "charge_id", a.charge.ID, "status", a.charge.Status, "err", err)
-		}
+	if err != nil {
+		s.release(storeCtx, hold)
+		return err
 	}
-	switch {
-	case storedStatuses[a.status] && a.charge != nil:
+	if storedStatuses[a.status] {
 		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
-		if err := s.Store.CompleteCharge(storeCtx, a.charge, storeKey, r, s.IdempotencyTTL); err != nil {
-			s.Log.Error("idempotency.store_failed", "charge_id", a.charge.ID, "status", a.charge.Status, "err", err)
+		if a.charge != nil {
+			err = s.Store.CompleteCharge(storeCtx, a.charge, hold, r, s.IdempotencyTTL)
+		} else {
+			err = s.Store.Complete(storeCtx, hold, r, s.IdempotencyTTL)
 		}
-	case storedStatuses[a.status]:
-		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
-		if err := s.Store.Complete(storeCtx, storeKey, r, s.IdempotencyTTL); err != nil {
-			s.Log.Error("idempotency.store_failed", "err", err)
+		switch {
+		case errors.Is(err, payrouter.ErrHoldLost):
+			// A later request with this key took it while this one stalled; that request
+			// settled what this one sent and holds the key's answer. Telling this client
+			// anything else would be a second answer to one key.
+			s.Log.Warn("idempotency.hold_lost", "key_scope", c.Get("key_scope"), "status", a.status,
+				"then", "the later request with this key answers for it")
+			return writeProblem(c, newProblem(payrouter.EConflict,
+				"this request outlived its hold on the Idempotency-Key and a later request with the same key took it; send the same request again to get its answer"))
+		case err != nil:
+			// Not stored: the hold runs out, and the next request with this key settles the
+			// charge from the gateways' answers before it answers (routing.Router.Charge).
+			chargeID := ""
+			if a.charge != nil {
+				chargeID = a.charge.ID
+			}
+			s.Log.Error("idempotency.store_failed", "charge_id", chargeID, "status", a.status, "err", err)
 		}
-	default:
-		if err := s.Store.Release(storeCtx, storeKey); err != nil {
-			s.Log.Error("idempotency.release_failed", "err", err)
+	} else {
+		if a.charge != nil {
+			if err := s.Store.SaveCharge(storeCtx, a.charge); err != nil {
+				s.Log.Error("charge.store_failed", "charge_id", a.charge.ID, "status", a.charge.Status, "err", err)
+			}
 		}
+		s.release(storeCtx, hold)
 	}
 	for k, v := range a.header {
 		c.Response().Header().Set(k, v)
 	}
 	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
+}
+
+// replay answers a completed key: a success (2xx) with what current renders of the resource as
+// it stands now when it can (a charge voided or refunded since shows so, a queued refund shows
+// applied), anything else with the stored answer, which is final (a decline, a refusal).
+func (s *server) replay(c echo.Context, rec *payrouter.IdempotencyRecord, current func(ctx context.Context) (answer, bool, error)) error {
+	a := answer{status: rec.Status, header: rec.Header, body: rec.Body}
+	if current != nil && rec.Status < 300 {
+		now, ok, err := current(c.Request().Context())
+		if err != nil {
+			return s.writeError(c, "idempotency.replay_failed", err)
+		}
+		if ok {
+			a = now
+		}
+	}
+	for k, v := range a.header {
+		c.Response().Header().Set(k, v)
+	}
+	c.Response().Header().Set("Idempotent-Replayed", "true")
+	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
+}
+
+// holdFor is how long a key is held without renewal (Deps.Hold).
+func (s *server) holdFor() time.Duration {
+	if s.Hold > 0 {
+		return s.Hold
+	}
+	return DefaultHold
+}
+
+// keepHold renews hold every third of its length until the returned stop is called, so that a
+// live request keeps its key however long its gateways take, and a dead or stalled one loses it
+// within one hold. A renewal that finds the hold lost stops: the stores refuse every later write
+// made with it.
+func (s *server) keepHold(ctx context.Context, hold payrouter.Hold) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	every := s.holdFor() / 3
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, every)
+			err := s.Store.Renew(rctx, hold, s.holdFor())
+			rcancel()
+			switch {
+			case errors.Is(err, payrouter.ErrHoldLost):
+				s.Log.Warn("idempotency.hold_lost", "then", "this request's writes are refused; the later request with its key answers")
+				return
+			case err != nil && ctx.Err() == nil:
+				s.Log.Warn("idempotency.renew_failed", "err", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// release frees a held key whose answer is not stored, logging a failure: the hold then runs
+// out by itself.
+func (s *server) release(ctx context.Context, hold payrouter.Hold) {
+	if err := s.Store.Release(ctx, hold); err != nil {
+		s.Log.Warn("idempotency.release_failed", "err", err, "then", "the key is free again once its hold runs out")
+	}
+}
+
+// writeError answers err as its problem, logging it under event when it is not one the caller
+// is meant to see (an internal error).
+func (s *server) writeError(c echo.Context, event string, err error) error {
+	if payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
+		s.Log.Error(event, "err", err)
+	}
+	return writeProblem(c, errorProblem(c, err))
 }
 
 // jsonAnswer encodes v as an answer with the given content type.
@@ -223,9 +316,25 @@ func (s *server) createCharge(c echo.Context) error {
 	}
 	id := chargeIDFor(c.Get("key_scope").(string), key)
 	c.Set("charge_id", id) // for the request's span
-	return s.idempotent(c, key, fingerprint("POST /charge", in), func() (answer, error) {
-		return s.runCharge(c, id, in)
-	})
+	return s.idempotent(c, key, fingerprint("POST /charge", in), func(hold payrouter.Hold) (answer, error) {
+		return s.runCharge(c, id, in, hold)
+	}, s.currentCharge(c, id))
+}
+
+// currentCharge renders the answer to a replayed charge from the charge as it stands now, so a
+// charge voided or refunded since its first answer shows so (CONTRACT.md, GET /charge).
+func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Context) (answer, bool, error) {
+	return func(ctx context.Context) (answer, bool, error) {
+		ch, err := s.Store.Charge(ctx, id)
+		switch {
+		case errors.Is(err, payrouter.ErrNotFound):
+			return answer{}, false, nil // answered before a gateway was asked: the stored answer stands
+		case err != nil:
+			return answer{}, false, err
+		}
+		a, err := s.chargeAnswer(c, ch, nil)
+		return a, err == nil, err
+	}
 }
 
 // chargeIDFor is the id of the charge an Idempotency-Key asks for: derived from the key (and the
@@ -246,12 +355,12 @@ func idFor(prefix, scope, key string) string {
 }
 
 // runCharge sends a valid charge through the router and shapes its answer.
-func (s *server) runCharge(c echo.Context, id string, in chargeInput) (answer, error) {
+func (s *server) runCharge(c echo.Context, id string, in chargeInput, hold payrouter.Hold) (answer, error) {
 	ch := &payrouter.Charge{
 		ID: id, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
 		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
 		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
-		Capture:       in.Capture, PinnedGateway: in.Gateway,
+		Capture:       in.Capture, PinnedGateway: in.Gateway, Hold: hold,
 	}
 	ch, err := s.Router.Charge(c.Request().Context(), ch)
 	a, aerr := s.chargeAnswer(c, ch, err)
@@ -274,7 +383,7 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 		return jsonAnswer(p.Status, "application/problem+json", p)
 	}
 	if err != nil {
-		if payrouter.Code(err) == payrouter.EInternal {
+		if payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
 			s.Log.Error("charge.failed", "err", err)
 		}
 		p := errorProblem(c, err)
@@ -284,7 +393,8 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 		s.Metrics.ChargeAnswered(ch.Gateway, ch.Status)
 	}
 	switch ch.Status {
-	case payrouter.StatusSucceeded, payrouter.StatusRequiresCapture, payrouter.StatusVoided, payrouter.StatusRefunded:
+	case payrouter.StatusSucceeded, payrouter.StatusRequiresCapture, payrouter.StatusVoided, payrouter.StatusRefunded,
+		payrouter.StatusPartiallyRefunded:
 		// Voided and refunded: a charge approved, then changed, asked for again by its key.
 		return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, viewOf(ch))
 	case payrouter.StatusProcessing:

@@ -89,16 +89,27 @@ func TestOpenAPI(t *testing.T) {
 		st.store.down.Store(true)
 		defer st.store.down.Store(false)
 		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 503)
-		st.expect(t, st.charge(t, "down-1", chargeBody(1000, "tok_visa", "")), 500)
-		st.expect(t, st.get(t, "/charge/ch_nothing"), 500)
+		st.expect(t, st.charge(t, "down-1", chargeBody(1000, "tok_visa", "")), 503)
+		st.expect(t, st.get(t, "/charge/ch_nothing"), 503)
 		for _, op := range ops {
-			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "down-"+op, ""), 500)
+			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "down-"+op, ""), 503)
 		}
-		st.expect(t, st.get(t, "/refund/re_nothing"), 500)
+		st.expect(t, st.get(t, "/refund/re_nothing"), 503)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
 		for _, action := range breakerActions {
 			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 500)
 		}
+	})
+
+	t.Run("the state store fails", func(t *testing.T) {
+		st.store.broken.Store(true)
+		defer st.store.broken.Store(false)
+		st.expect(t, st.charge(t, "broken-1", chargeBody(1000, "tok_visa", "")), 500)
+		st.expect(t, st.get(t, "/charge/ch_nothing"), 500)
+		for _, op := range ops {
+			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "broken-"+op, ""), 500)
+		}
+		st.expect(t, st.get(t, "/refund/re_nothing"), 500)
 	})
 
 	t.Run("charges, captures, voids and refunds", func(t *testing.T) {
@@ -670,9 +681,9 @@ fallbacks:
 	}
 	st.reloader = &specReloader{running: cfg, file: cfgText}
 	deps := httpapi.Deps{
-		Credentials: httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken), Router: router, Store: st.store,
+		Credentials: httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken), Router: router, Store: st.store, Forced: st.store,
 		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(), Reloader: st.reloader,
-		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
+		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
 	}
 	serve := func(h http.Handler, url, token string) *specServer {
 		ts := httptest.NewServer(h)
@@ -1021,59 +1032,76 @@ func dingChargeCall(r *http.Request) bool {
 // flakyStore is memstore that stops answering while down is set, and remembers the refunds saved
 // for each charge (a refund the gateway refused is answered 502 without its id).
 type flakyStore struct {
-	payrouter.Store
+	*memstore.Store
+	// broken makes every call fail with an error that is not an outage (a bug, a refused
+	// statement): answered 500.
+	broken atomic.Bool
 	down    atomic.Bool
 	mu      sync.Mutex
 	refunds map[string][]string
 }
 
-var errStoreDown = errors.New("state store: connection refused (test)")
+var (
+	errStoreDown   = fmt.Errorf("state store: connection refused (test): %w", payrouter.ErrStateUnavailable)
+	errStoreBroken = errors.New("state store: refused the statement (test)")
+)
+
+// fail is the error a call answers now: errStoreDown while down, errStoreBroken while broken.
+func (s *flakyStore) fail() error {
+	switch {
+	case s.down.Load():
+		return errStoreDown
+	case s.broken.Load():
+		return errStoreBroken
+	}
+	return nil
+}
 
 func (s *flakyStore) Ping(ctx context.Context) error {
-	if s.down.Load() {
-		return errStoreDown
+	if err := s.fail(); err != nil {
+		return err
 	}
 	return s.Store.Ping(ctx)
 }
 
-func (s *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (*payrouter.IdempotencyRecord, error) {
-	if s.down.Load() {
-		return nil, errStoreDown
+func (s *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+	if err := s.fail(); err != nil {
+		return nil, payrouter.Hold{}, err
 	}
 	return s.Store.Claim(ctx, key, fp, ttl)
 }
 
 func (s *flakyStore) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
-	if s.down.Load() {
-		return nil, errStoreDown
+	if err := s.fail(); err != nil {
+		return nil, err
 	}
 	return s.Store.Charge(ctx, id)
 }
 
 func (s *flakyStore) ChargesByStatus(ctx context.Context, status payrouter.ChargeStatus, limit int) ([]*payrouter.Charge, error) {
-	if s.down.Load() {
-		return nil, errStoreDown
+	if err := s.fail(); err != nil {
+		return nil, err
 	}
 	return s.Store.ChargesByStatus(ctx, status, limit)
 }
 
 func (s *flakyStore) Refund(ctx context.Context, id string) (*payrouter.Refund, error) {
-	if s.down.Load() {
-		return nil, errStoreDown
+	if err := s.fail(); err != nil {
+		return nil, err
 	}
 	return s.Store.Refund(ctx, id)
 }
 
 func (s *flakyStore) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
-	if s.down.Load() {
-		return errStoreDown
+	if err := s.fail(); err != nil {
+		return err
 	}
 	return s.Store.SetForced(ctx, breaker, f)
 }
 
 func (s *flakyStore) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
-	if s.down.Load() {
-		return errStoreDown
+	if err := s.fail(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	if !slices.Contains(s.refunds[r.ChargeID], r.ID) {

@@ -138,7 +138,7 @@ func operationRequest(c echo.Context, withAmount bool) (key string, amount int64
 // of errors to statuses (a 503 comes with Retry-After).
 func (s *server) problemAnswer(c echo.Context, op string, err error) (answer, error) {
 	var u *fallback.Unavailable
-	if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal {
+	if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
 		s.Log.Error(op+".failed", "charge_id", c.Param("id"), "err", err)
 	}
 	p := errorProblem(c, err)
@@ -163,13 +163,13 @@ func (s *server) changeAuthorization(c echo.Context, op string, run func(context
 		return writeProblem(c, *p)
 	}
 	id := c.Param("id")
-	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{}), func() (answer, error) {
+	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{}), func(payrouter.Hold) (answer, error) {
 		ch, err := run(c.Request().Context(), id)
 		if err != nil {
 			return s.problemAnswer(c, op, err)
 		}
 		return jsonAnswer(http.StatusOK, echo.MIMEApplicationJSON, viewOf(ch))
-	})
+	}, nil)
 }
 
 // refundCharge is POST /charge/{id}/refund: 201 with the refund when the gateway applied it, 202
@@ -183,26 +183,41 @@ func (s *server) refundCharge(c echo.Context) error {
 	in := struct {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
-	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func() (answer, error) {
-		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundIDFor(c.Get("key_scope").(string), key))
+	refundID := refundIDFor(c.Get("key_scope").(string), key)
+	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
+		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {
 			return s.problemAnswer(c, "refund", err)
 		}
-		if rf.Status == payrouter.RefundSucceeded {
-			return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, refundViewOf(rf))
+		return refundAnswer(rf)
+	}, func(ctx context.Context) (answer, bool, error) {
+		// A replay shows the refund as it stands now: a refund first answered queued says
+		// succeeded once the gateway applied it.
+		rf, err := s.Store.Refund(ctx, refundID)
+		switch {
+		case errors.Is(err, payrouter.ErrNotFound):
+			return answer{}, false, nil
+		case err != nil:
+			return answer{}, false, err
 		}
-		return jsonAnswer(http.StatusAccepted, echo.MIMEApplicationJSON, refundViewOf(rf), echo.HeaderLocation, "/refund/"+rf.ID)
+		a, err := refundAnswer(rf)
+		return a, err == nil, err
 	})
+}
+
+// refundAnswer is 201 with a refund the gateway applied, else 202 with where to look it up.
+func refundAnswer(rf *payrouter.Refund) (answer, error) {
+	if rf.Status == payrouter.RefundSucceeded {
+		return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, refundViewOf(rf))
+	}
+	return jsonAnswer(http.StatusAccepted, echo.MIMEApplicationJSON, refundViewOf(rf), echo.HeaderLocation, "/refund/"+rf.ID)
 }
 
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
 	rf, err := s.Router.GetRefund(c.Request().Context(), c.Param("id"))
 	if err != nil {
-		if payrouter.Code(err) == payrouter.EInternal {
-			s.Log.Error("refund.get_failed", "refund_id", c.Param("id"), "err", err)
-		}
-		return writeProblem(c, errorProblem(c, err))
+		return s.writeError(c, "refund.get_failed", err)
 	}
 	return c.JSON(http.StatusOK, refundViewOf(rf))
 }

@@ -48,6 +48,7 @@ var problemTypes = map[payrouter.ErrorCode]struct {
 	payrouter.EMismatch:            {http.StatusUnprocessableEntity, "This Idempotency-Key was used with another request"},
 	payrouter.EGatewayError:        {http.StatusBadGateway, "The gateway refused the request"},
 	payrouter.EGatewaysUnavailable: {http.StatusServiceUnavailable, "No gateway can take this request now"},
+	payrouter.EStateUnavailable:    {http.StatusServiceUnavailable, "The money state store does not answer"},
 	payrouter.EInternal:            {http.StatusInternalServerError, "Internal error"},
 	codePayloadTooLarge:            {http.StatusRequestEntityTooLarge, "The request body is too large"},
 	codeUnsupportedMedia:           {http.StatusUnsupportedMediaType, "The request body must be application/json"},
@@ -64,6 +65,10 @@ const (
 	codeMethodNotAllowed payrouter.ErrorCode = "method-not-allowed"
 	codeInvalidConfig    payrouter.ErrorCode = "invalid-config"
 )
+
+// StateRetryAfterSeconds is the Retry-After of a 503 state-unavailable: a database restart or
+// failover takes seconds, and a client that retries sooner only adds load.
+const StateRetryAfterSeconds = 2
 
 // newProblem is the problem for an error code with a caller-safe detail.
 func newProblem(code payrouter.ErrorCode, detail string) problem {
@@ -114,6 +119,17 @@ func errorProblem(c echo.Context, err error) problem {
 	var u *fallback.Unavailable
 	if errors.As(err, &u) {
 		return unavailableProblem(c, u)
+	}
+	if errors.Is(err, payrouter.ErrStateUnavailable) {
+		// Nothing was sent to a gateway: the same request may come again once the database
+		// answers, and its Idempotency-Key goes through exactly once then.
+		c.Response().Header().Set("Retry-After", strconv.Itoa(StateRetryAfterSeconds))
+		return newProblem(payrouter.EStateUnavailable,
+			"the database holding payment state does not answer; nothing was sent to a gateway; send the same request again after Retry-After")
+	}
+	if errors.Is(err, payrouter.ErrHoldLost) {
+		return newProblem(payrouter.EConflict,
+			"this request outlived its hold on the Idempotency-Key and a later request with the same key took it; send the same request again to get its answer")
 	}
 	code := payrouter.Code(err)
 	if code == payrouter.EInternal {

@@ -64,8 +64,8 @@ func newStack(t testing.TB, adminToken string) *stack {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store,
-		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, InFlightTTL: time.Minute,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
+		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: time.Minute,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)

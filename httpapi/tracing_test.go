@@ -111,8 +111,8 @@ func newTracedStack(t *testing.T) *tracedStack {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1"}, ""), Router: st.router, Store: st.store, Domains: st.domains, Metrics: metrics,
-		IdempotencyTTL: time.Hour, InFlightTTL: time.Minute, Log: telemetry.NewLogger(ts.log),
+		Credentials: NewCredentials([]string{"key-1"}, ""), Router: st.router, Store: st.store, Forced: st.store, Domains: st.domains, Metrics: metrics,
+		IdempotencyTTL: time.Hour, Hold: time.Minute, Log: telemetry.NewLogger(ts.log),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)

@@ -25,8 +25,23 @@ func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	if c.ID == "" {
 		return errors.New("memstore: save charge: empty id")
 	}
+	if c.Hold.Held() {
+		// Fenced: the check and the write under idemMu, so that no claim slips between them.
+		s.idemMu.Lock()
+		defer s.idemMu.Unlock()
+		if !s.holds(c.Hold, s.now()) {
+			return fmt.Errorf("memstore: save charge %s: %w", c.ID, payrouter.ErrHoldLost)
+		}
+	}
+	s.putCharge(c)
+	return nil
+}
+
+// putCharge stores a copy of c, without its payment method; the caller has checked c.
+func (s *Store) putCharge(c *payrouter.Charge) {
 	stored := cloneCharge(c)
 	stored.PaymentMethod = payrouter.PaymentMethod{}
+	stored.Hold = payrouter.Hold{}
 
 	s.chargeMu.Lock()
 	defer s.chargeMu.Unlock()
@@ -40,7 +55,6 @@ func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 		s.byStatus[c.Status] = ids
 	}
 	ids[c.ID] = struct{}{}
-	return nil
 }
 
 func (s *Store) unindex(c *payrouter.Charge) {
@@ -105,10 +119,28 @@ func cloneCharge(c *payrouter.Charge) *payrouter.Charge {
 	return &cp
 }
 
-// CompleteCharge saves c, then completes key with rec (payrouter.Store).
-func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
-	if err := s.SaveCharge(ctx, c); err != nil {
+// CompleteCharge saves c and completes h's key with rec in one step, both fenced by h
+// (payrouter.Store): both are stored, or neither.
+func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	return s.Complete(ctx, key, rec, ttl)
+	if c == nil {
+		return errors.New("memstore: complete charge: nil charge")
+	}
+	if c.ID == "" {
+		return errors.New("memstore: complete charge: empty id")
+	}
+	if err := checkComplete(h, ttl); err != nil {
+		return err
+	}
+	now := s.now()
+	s.idemMu.Lock()
+	defer s.idemMu.Unlock()
+	s.sweep(now)
+	if !s.holds(h, now) {
+		return fmt.Errorf("memstore: complete charge %s: %w", c.ID, payrouter.ErrHoldLost)
+	}
+	s.putCharge(c)
+	return s.complete(h, rec, ttl, now)
 }

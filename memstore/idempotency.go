@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"time"
 
@@ -15,34 +16,37 @@ import (
 // while no single request pays for forgetting all of them at once.
 const sweepBatch = 64
 
-// idemEntry is one idempotency key: in flight while rec is nil, completed otherwise. Either way
-// it is forgotten at expires.
+// idemEntry is one idempotency key: in flight while rec is nil (held until heldUntil by the
+// claim whose fencing token is token), completed otherwise. Either way it is forgotten at
+// expires.
 type idemEntry struct {
 	fingerprint string
 	rec         *payrouter.IdempotencyRecord
+	token       int64
+	heldUntil   time.Time
 	expires     time.Time
 }
 
 func (e idemEntry) expired(now time.Time) bool { return !now.Before(e.expires) }
 
-// Claim takes key for a request with that fingerprint. It returns (nil, nil) when the key is new
-// (or its earlier claim or record expired) and now held by the caller for inFlightTTL; a copy
-// of the stored record when the key completed with the same fingerprint; payrouter.ErrMismatch
-// when it completed with another one; payrouter.ErrInFlight while it is held.
+// Claim takes key for a request with that fingerprint (payrouter.IdempotencyStore). It returns a
+// new Hold when the key is new, or its earlier hold or record ran out; a copy of the stored
+// record when the key completed with the same fingerprint; payrouter.ErrMismatch when it
+// completed with another one; payrouter.ErrInFlight while it is held.
 //
 // A key in flight answers ErrInFlight whatever the fingerprint: the first request may still be
 // released without an answer, after which the other body is a legitimate first request, so
 // calling it a mismatch would be premature. The client retrying after the conflict learns the
 // truth.
-func (s *Store) Claim(ctx context.Context, key, fingerprint string, inFlightTTL time.Duration) (*payrouter.IdempotencyRecord, error) {
+func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	if err := s.usable(ctx); err != nil {
-		return nil, err
+		return nil, payrouter.Hold{}, err
 	}
 	if key == "" {
-		return nil, errors.New("memstore: claim: empty key")
+		return nil, payrouter.Hold{}, errors.New("memstore: claim: empty key")
 	}
-	if inFlightTTL <= 0 {
-		return nil, errors.New("memstore: claim: in-flight ttl must be positive")
+	if holdFor <= 0 {
+		return nil, payrouter.Hold{}, errors.New("memstore: claim: hold must be positive")
 	}
 	now := s.now()
 
@@ -51,51 +55,104 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, inFlightTTL 
 	s.sweep(now)
 	if e, ok := s.idem[key]; ok && !e.expired(now) {
 		switch {
+		case e.rec == nil && now.Before(e.heldUntil):
+			return nil, payrouter.Hold{}, payrouter.ErrInFlight
 		case e.rec == nil:
-			return nil, payrouter.ErrInFlight
+			// The holder stopped renewing (it died or stalled): the key is this request's now,
+			// under a larger token that fences the old holder off.
 		case e.fingerprint != fingerprint:
-			return nil, payrouter.ErrMismatch
+			return nil, payrouter.Hold{}, payrouter.ErrMismatch
 		default:
-			return cloneRecord(e.rec), nil
+			return cloneRecord(e.rec), payrouter.Hold{}, nil
 		}
 	}
-	s.put(key, idemEntry{fingerprint: fingerprint, expires: now.Add(inFlightTTL)})
-	return nil, nil
+	h := payrouter.Hold{Key: key, Token: s.tokens.Add(1)}
+	held := now.Add(holdFor)
+	// Kept as long again after the hold runs out: a slow holder that finishes meanwhile still
+	// finds its token and stores its answer while nobody took the key.
+	s.put(key, idemEntry{fingerprint: fingerprint, token: h.Token, heldUntil: held, expires: held.Add(holdFor)})
+	return nil, h, nil
 }
 
-// Complete stores rec as the answer for key, kept for ttl; a zero rec.CreatedAt is set to now.
-// The record is stored even when the claim has expired, because once a gateway was asked the
-// answer is what keeps a retry from charging again. A record already completed and not expired
-// is kept: the first complete answer is the one replayed (CONTRACT.md, Idempotency).
-func (s *Store) Complete(ctx context.Context, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+// Renew extends h by holdFor (payrouter.IdempotencyStore); payrouter.ErrHoldLost when h is no
+// longer the key's claim or the key completed.
+func (s *Store) Renew(ctx context.Context, h payrouter.Hold, holdFor time.Duration) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if key == "" {
-		return errors.New("memstore: complete: empty key")
-	}
-	if ttl <= 0 {
-		return errors.New("memstore: complete: ttl must be positive")
+	if holdFor <= 0 {
+		return errors.New("memstore: renew: hold must be positive")
 	}
 	now := s.now()
+	s.idemMu.Lock()
+	defer s.idemMu.Unlock()
+	e, ok := s.idem[h.Key]
+	if !ok || e.expired(now) || e.token != h.Token || e.rec != nil {
+		return fmt.Errorf("memstore: renew %q: %w", h.Key, payrouter.ErrHoldLost)
+	}
+	e.heldUntil = now.Add(holdFor)
+	e.expires = e.heldUntil.Add(holdFor)
+	s.put(h.Key, e)
+	return nil
+}
+
+// holds reports whether h is still the latest claim of its key; idemMu must be held.
+func (s *Store) holds(h payrouter.Hold, now time.Time) bool {
+	e, ok := s.idem[h.Key]
+	return ok && !e.expired(now) && e.token == h.Token
+}
+
+// Complete stores rec as the answer for h's key, kept for ttl; a zero rec.CreatedAt is set to
+// now. The record is stored even when the hold ran out while nobody took the key, because once a
+// gateway was asked the answer is what keeps a retry from charging again; payrouter.ErrHoldLost
+// when a later claim took it. A record already completed is kept: the first complete answer is
+// the one replayed (CONTRACT.md, Idempotency).
+func (s *Store) Complete(ctx context.Context, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if err := checkComplete(h, ttl); err != nil {
+		return err
+	}
+	now := s.now()
+	s.idemMu.Lock()
+	defer s.idemMu.Unlock()
+	s.sweep(now)
+	return s.complete(h, rec, ttl, now)
+}
+
+func checkComplete(h payrouter.Hold, ttl time.Duration) error {
+	switch {
+	case h.Key == "":
+		return errors.New("memstore: complete: empty key")
+	case !h.Held():
+		return errors.New("memstore: complete: no hold")
+	case ttl <= 0:
+		return errors.New("memstore: complete: ttl must be positive")
+	}
+	return nil
+}
+
+// complete is Complete with idemMu held.
+func (s *Store) complete(h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration, now time.Time) error {
+	if !s.holds(h, now) {
+		return fmt.Errorf("memstore: complete %q: %w", h.Key, payrouter.ErrHoldLost)
+	}
+	if s.idem[h.Key].rec != nil {
+		return nil
+	}
 	stored := cloneRecord(&rec)
 	if stored.CreatedAt.IsZero() {
 		stored.CreatedAt = now
 	}
-
-	s.idemMu.Lock()
-	defer s.idemMu.Unlock()
-	s.sweep(now)
-	if e, ok := s.idem[key]; ok && e.rec != nil && !e.expired(now) {
-		return nil
-	}
-	s.put(key, idemEntry{fingerprint: rec.Fingerprint, rec: stored, expires: now.Add(ttl)})
+	s.put(h.Key, idemEntry{fingerprint: rec.Fingerprint, rec: stored, token: h.Token, expires: now.Add(ttl)})
 	return nil
 }
 
-// Release forgets a claimed key so that the same key may be sent again. A completed record is
-// kept: a Release deferred by a handler that completed must not erase the stored answer.
-func (s *Store) Release(ctx context.Context, key string) error {
+// Release forgets a key held by h so that the same key may be sent again. A completed record is
+// kept (a Release deferred by a handler that completed must not erase the stored answer), and
+// so is a key a later claim took.
+func (s *Store) Release(ctx context.Context, h payrouter.Hold) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
@@ -104,10 +161,10 @@ func (s *Store) Release(ctx context.Context, key string) error {
 	s.idemMu.Lock()
 	defer s.idemMu.Unlock()
 	s.sweep(now)
-	if e, ok := s.idem[key]; ok && (e.rec == nil || e.expired(now)) {
+	if e, ok := s.idem[h.Key]; ok && e.token == h.Token && (e.rec == nil || e.expired(now)) {
 		// Its expiry stays in the heap and is skipped when popped: finding it to remove it
 		// would cost a scan.
-		delete(s.idem, key)
+		delete(s.idem, h.Key)
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ type Store struct {
 	idemMu   sync.Mutex
 	idem     map[string]idemEntry
 	expiries expiryHeap
+	// tokens hands out fencing tokens: one sequence for every key, so that no token is ever
+	// handed out twice, even to a key forgotten and claimed anew.
+	tokens atomic.Int64
 
 	forcedMu sync.RWMutex
 	forced   map[string]payrouter.Forced
@@ -47,7 +50,10 @@ type Store struct {
 	queueSeq int64
 }
 
-var _ payrouter.Store = (*Store)(nil)
+var (
+	_ payrouter.Store             = (*Store)(nil)
+	_ payrouter.BreakerStateStore = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*Store)

@@ -23,6 +23,7 @@ func newStore(tb testing.TB, opts ...memstore.Option) *memstore.Store {
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) payrouter.Store { return newStore(t) })
+	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore { return newStore(t) })
 }
 
 func BenchmarkStore(b *testing.B) {
@@ -54,10 +55,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 func claimComplete(t *testing.T, s *memstore.Store, key string, inFlightTTL, ttl time.Duration) {
 	t.Helper()
 	ctx := t.Context()
-	if rec, err := s.Claim(ctx, key, "fp", inFlightTTL); rec != nil || err != nil {
+	rec, h, err := s.Claim(ctx, key, "fp", inFlightTTL)
+	if rec != nil || err != nil {
 		t.Fatalf("Claim(%s) = %+v, %v; want a new claim", key, rec, err)
 	}
-	if err := s.Complete(ctx, key, payrouter.IdempotencyRecord{Fingerprint: "fp", Status: 201}, ttl); err != nil {
+	if err := s.Complete(ctx, h, payrouter.IdempotencyRecord{Fingerprint: "fp", Status: 201}, ttl); err != nil {
 		t.Fatalf("Complete(%s): %v", key, err)
 	}
 }
@@ -76,7 +78,7 @@ func TestSweepForgetsExpiredKeys(t *testing.T) {
 
 	clock.Advance(2 * time.Minute)
 	for i := range 1000 {
-		if rec, err := s.Claim(t.Context(), fmt.Sprintf("new-%d", i), "fp", time.Minute); rec != nil || err != nil {
+		if rec, _, err := s.Claim(t.Context(), fmt.Sprintf("new-%d", i), "fp", time.Minute); rec != nil || err != nil {
 			t.Fatalf("Claim = %+v, %v", rec, err)
 		}
 	}
@@ -107,11 +109,12 @@ func TestMemoryBoundedUnderSteadyTraffic(t *testing.T) {
 		maxKeys = max(maxKeys, s.IdempotencyLen())
 		maxExpiries = max(maxExpiries, s.ExpiriesLen())
 	}
-	// Each key leaves a stale in-flight expiry behind for inFlightTTL.
+	// Each key leaves a stale in-flight expiry behind for twice inFlightTTL (its hold, then as
+	// long again for a slow holder).
 	if maxKeys > live+1 {
 		t.Errorf("at most %d keys held, want about %d", maxKeys, live)
 	}
-	if want := live + int(inFlightTTL/step) + 1; maxExpiries > want {
+	if want := live + 2*int(inFlightTTL/step) + 1; maxExpiries > want {
 		t.Errorf("at most %d expiries held, want at most %d", maxExpiries, want)
 	}
 }
@@ -130,15 +133,19 @@ func TestSweepOrder(t *testing.T) {
 		key := fmt.Sprintf("k-%d", i)
 		if rng.IntN(2) == 0 {
 			claimComplete(t, s, key, time.Millisecond, ttl)
-		} else if _, err := s.Claim(t.Context(), key, "fp", ttl); err != nil {
-			t.Fatal(err)
+			expires[i] = start.Add(ttl)
+		} else {
+			if _, _, err := s.Claim(t.Context(), key, "fp", ttl/2); err != nil {
+				t.Fatal(err)
+			}
+			// An in-flight key is kept for its hold and as long again.
+			expires[i] = start.Add(ttl / 2 * 2)
 		}
-		expires[i] = start.Add(ttl)
 	}
 	for _, at := range []time.Duration{0, 100, 250, 500, 999, 1000} {
 		clock.Advance(at*time.Millisecond - clock.Now().Sub(start))
 		for range len(expires) {
-			if err := s.Release(t.Context(), "k-unrelated"); err != nil {
+			if err := s.Release(t.Context(), payrouter.Hold{Key: "k-unrelated", Token: -1}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -169,20 +176,21 @@ func TestExpiryBoundary(t *testing.T) {
 			clock := newFakeClock()
 			s := newStore(t, memstore.WithClock(clock.Now))
 			ctx := t.Context()
-			if _, err := s.Claim(ctx, "k", "fp", time.Second); err != nil {
+			_, h, err := s.Claim(ctx, "k", "fp", time.Second)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.complete {
-				if err := s.Complete(ctx, "k", payrouter.IdempotencyRecord{Fingerprint: "fp"}, time.Second); err != nil {
+				if err := s.Complete(ctx, h, payrouter.IdempotencyRecord{Fingerprint: "fp"}, time.Second); err != nil {
 					t.Fatal(err)
 				}
 			}
 			clock.Advance(time.Second - time.Nanosecond)
-			if _, err := s.Claim(ctx, "k", "other", time.Second); !errors.Is(err, tc.before) {
+			if _, _, err := s.Claim(ctx, "k", "other", time.Second); !errors.Is(err, tc.before) {
 				t.Fatalf("Claim just before expiry: %v, want %v", err, tc.before)
 			}
 			clock.Advance(time.Nanosecond)
-			if rec, err := s.Claim(ctx, "k", "other", time.Second); rec != nil || err != nil {
+			if rec, _, err := s.Claim(ctx, "k", "other", time.Second); rec != nil || err != nil {
 				t.Fatalf("Claim at expiry = %+v, %v; want a new claim", rec, err)
 			}
 		})
@@ -200,11 +208,12 @@ func everyCall(s *memstore.Store) map[string]func(ctx context.Context) error {
 			_, err := s.ChargesByStatus(ctx, payrouter.StatusProcessing, 10)
 			return err
 		},
-		"Claim": func(ctx context.Context) error { _, err := s.Claim(ctx, "k", "fp", time.Minute); return err },
+		"Claim": func(ctx context.Context) error { _, _, err := s.Claim(ctx, "k", "fp", time.Minute); return err },
+		"Renew": func(ctx context.Context) error { return s.Renew(ctx, payrouter.Hold{Key: "k", Token: 1}, time.Minute) },
 		"Complete": func(ctx context.Context) error {
-			return s.Complete(ctx, "k", payrouter.IdempotencyRecord{}, time.Minute)
+			return s.Complete(ctx, payrouter.Hold{Key: "k", Token: 1}, payrouter.IdempotencyRecord{}, time.Minute)
 		},
-		"Release":   func(ctx context.Context) error { return s.Release(ctx, "k") },
+		"Release":   func(ctx context.Context) error { return s.Release(ctx, payrouter.Hold{Key: "k", Token: 1}) },
 		"SetForced": func(ctx context.Context) error { return s.SetForced(ctx, "paywell/charge", payrouter.ForcedOpen) },
 		"ForcedStates": func(ctx context.Context) error {
 			_, err := s.ForcedStates(ctx)

@@ -21,10 +21,11 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) payrouter.Store) {
 			// A new key each time, as real traffic has; building it costs one small allocation.
 			key := "bench-" + strconv.Itoa(i)
 			i++
-			if _, err := s.Claim(ctx, key, fpA, longTTL); err != nil {
+			_, h, err := s.Claim(ctx, key, fpA, longTTL)
+			if err != nil {
 				b.Fatal(err)
 			}
-			if err := s.Complete(ctx, key, rec, longTTL); err != nil {
+			if err := s.Complete(ctx, h, rec, longTTL); err != nil {
 				b.Fatal(err)
 			}
 		}

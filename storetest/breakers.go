@@ -7,7 +7,7 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-func testForcedStates(t *testing.T, s payrouter.Store) {
+func testForcedStates(t *testing.T, s payrouter.BreakerStateStore) {
 	ctx := t.Context()
 	got, err := s.ForcedStates(ctx)
 	if err != nil {
@@ -53,7 +53,7 @@ func testForcedStates(t *testing.T, s payrouter.Store) {
 	}
 }
 
-func testForcedIsolation(t *testing.T, s payrouter.Store) {
+func testForcedIsolation(t *testing.T, s payrouter.BreakerStateStore) {
 	ctx := t.Context()
 	if err := s.SetForced(ctx, "ding/charge", payrouter.ForcedOpen); err != nil {
 		t.Fatalf("SetForced: %v", err)
@@ -74,7 +74,7 @@ func testForcedIsolation(t *testing.T, s payrouter.Store) {
 	}
 }
 
-func testForcedInvalid(t *testing.T, s payrouter.Store) {
+func testForcedInvalid(t *testing.T, s payrouter.BreakerStateStore) {
 	tests := []struct {
 		name    string
 		breaker string

@@ -49,32 +49,41 @@ func diffRecord(got *payrouter.IdempotencyRecord, want payrouter.IdempotencyReco
 	return ""
 }
 
-// claim calls Claim with a long in-flight TTL, for tests where expiry is not the point.
-func claim(t *testing.T, s payrouter.Store, key, fingerprint string) (*payrouter.IdempotencyRecord, error) {
+// claim calls Claim with a long hold, for tests where expiry is not the point.
+func claim(t *testing.T, s payrouter.Store, key, fingerprint string) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	t.Helper()
 	return s.Claim(t.Context(), key, fingerprint, longTTL)
 }
 
-func mustClaimNew(t *testing.T, s payrouter.Store, key, fingerprint string) {
+func mustClaimNew(t *testing.T, s payrouter.Store, key, fingerprint string) payrouter.Hold {
 	t.Helper()
-	rec, err := claim(t, s, key, fingerprint)
-	if rec != nil || err != nil {
-		t.Fatalf("Claim(%s) = %+v, %v; want a new claim (nil, nil)", key, rec, err)
-	}
+	return mustClaimNewFor(t, s, key, fingerprint, longTTL)
 }
 
-func mustComplete(t *testing.T, s payrouter.Store, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) {
+func mustClaimNewFor(t *testing.T, s payrouter.Store, key, fingerprint string, holdFor time.Duration) payrouter.Hold {
 	t.Helper()
-	if err := s.Complete(t.Context(), key, rec, ttl); err != nil {
-		t.Fatalf("Complete(%s): %v", key, err)
+	rec, h, err := s.Claim(t.Context(), key, fingerprint, holdFor)
+	if rec != nil || err != nil || !h.Held() || h.Key != key {
+		t.Fatalf("Claim(%s) = %+v, %+v, %v; want a new hold on %s", key, rec, h, err, key)
+	}
+	return h
+}
+
+func mustComplete(t *testing.T, s payrouter.Store, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) {
+	t.Helper()
+	if err := s.Complete(t.Context(), h, rec, ttl); err != nil {
+		t.Fatalf("Complete(%s): %v", h.Key, err)
 	}
 }
 
 func wantReplay(t *testing.T, s payrouter.Store, key, fingerprint string, want payrouter.IdempotencyRecord) {
 	t.Helper()
-	rec, err := claim(t, s, key, fingerprint)
+	rec, h, err := claim(t, s, key, fingerprint)
 	if err != nil {
 		t.Fatalf("Claim(%s) of a completed key: %v", key, err)
+	}
+	if h.Held() {
+		t.Fatalf("Claim(%s) of a completed key gave a hold %+v; want none", key, h)
 	}
 	if d := diffRecord(rec, want); d != "" {
 		t.Fatalf("Claim(%s) replayed: %s", key, d)
@@ -83,12 +92,12 @@ func wantReplay(t *testing.T, s payrouter.Store, key, fingerprint string, want p
 
 func wantClaimErr(t *testing.T, s payrouter.Store, key, fingerprint string, want error) {
 	t.Helper()
-	rec, err := claim(t, s, key, fingerprint)
+	rec, h, err := claim(t, s, key, fingerprint)
 	if !errors.Is(err, want) {
 		t.Fatalf("Claim(%s, %s) = %+v, %v; want %v", key, fingerprint, rec, err, want)
 	}
-	if rec != nil {
-		t.Fatalf("Claim(%s, %s) returned a record with %v", key, fingerprint, err)
+	if rec != nil || h.Held() {
+		t.Fatalf("Claim(%s, %s) returned a record or a hold with %v", key, fingerprint, err)
 	}
 }
 
@@ -103,9 +112,9 @@ func testClaimNew(t *testing.T, s payrouter.Store) {
 }
 
 func testCompleteReplay(t *testing.T, s payrouter.Store) {
-	mustClaimNew(t, s, "k-replay", fpA)
+	h := mustClaimNew(t, s, "k-replay", fpA)
 	rec := newRecord(fpA)
-	mustComplete(t, s, "k-replay", rec, longTTL)
+	mustComplete(t, s, h, rec, longTTL)
 
 	// Replays are repeatable, and a mismatch does not disturb the record.
 	wantReplay(t, s, "k-replay", fpA, rec)
@@ -114,8 +123,8 @@ func testCompleteReplay(t *testing.T, s payrouter.Store) {
 
 	t.Run("empty header and body", func(t *testing.T) {
 		bare := payrouter.IdempotencyRecord{Fingerprint: fpA, Status: 202, CreatedAt: base}
-		mustClaimNew(t, s, "k-bare", fpA)
-		mustComplete(t, s, "k-bare", bare, longTTL)
+		h := mustClaimNew(t, s, "k-bare", fpA)
+		mustComplete(t, s, h, bare, longTTL)
 		wantReplay(t, s, "k-bare", fpA, bare)
 	})
 }
@@ -124,9 +133,9 @@ func testCompleteSetsCreatedAt(t *testing.T, s payrouter.Store) {
 	before := time.Now().Add(-time.Minute) // slack for a store's clock not quite ours
 	rec := newRecord(fpA)
 	rec.CreatedAt = time.Time{}
-	mustClaimNew(t, s, "k-created", fpA)
-	mustComplete(t, s, "k-created", rec, longTTL)
-	got, err := claim(t, s, "k-created", fpA)
+	h := mustClaimNew(t, s, "k-created", fpA)
+	mustComplete(t, s, h, rec, longTTL)
+	got, _, err := claim(t, s, "k-created", fpA)
 	if err != nil || got == nil {
 		t.Fatalf("Claim = %+v, %v; want the record", got, err)
 	}
@@ -136,24 +145,107 @@ func testCompleteSetsCreatedAt(t *testing.T, s payrouter.Store) {
 }
 
 func testFirstCompleteWins(t *testing.T, s payrouter.Store) {
-	mustClaimNew(t, s, "k-twice", fpA)
+	h := mustClaimNew(t, s, "k-twice", fpA)
 	first := newRecord(fpA)
-	mustComplete(t, s, "k-twice", first, longTTL)
+	mustComplete(t, s, h, first, longTTL)
 	second := newRecord(fpB)
 	second.Status = 402
 	second.Body = []byte(`{"type":"/problems/card-declined"}`)
-	mustComplete(t, s, "k-twice", second, longTTL)
+	mustComplete(t, s, h, second, longTTL)
 
 	wantReplay(t, s, "k-twice", fpA, first)
 	wantClaimErr(t, s, "k-twice", fpB, payrouter.ErrMismatch)
 }
 
-// testCompleteUnclaimed: a holder whose claim expired (it was slow, not crashed) still stores
-// its answer, since a gateway was asked and a retry must not charge again.
+// testCompleteUnclaimed: a holder whose hold ran out (it was slow, not crashed) still stores its
+// answer while nobody took the key, since a gateway was asked and a retry must not charge again.
 func testCompleteUnclaimed(t *testing.T, s payrouter.Store) {
+	h := mustClaimNewFor(t, s, "k-unclaimed", fpA, shortTTL)
+	time.Sleep(shortTTL + shortTTL/2)
 	rec := newRecord(fpA)
-	mustComplete(t, s, "k-unclaimed", rec, longTTL)
+	mustComplete(t, s, h, rec, longTTL)
 	wantReplay(t, s, "k-unclaimed", fpA, rec)
+}
+
+// testHoldLost: a holder that stalled past its hold, after a later request took the key, can
+// change nothing: not the answer, not the charge, not the hold. The later request keeps the key.
+func testHoldLost(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	stale := mustClaimNewFor(t, s, "k-fenced", fpA, shortTTL)
+	c := newCharge("ch_fenced", payrouter.StatusProcessing, base)
+	c.Hold = stale
+	if err := s.SaveCharge(ctx, c); err != nil {
+		t.Fatalf("SaveCharge under a live hold: %v", err)
+	}
+	var later payrouter.Hold
+	waitFor(t, "the stalled hold to run out", func() (bool, error) {
+		rec, h, err := s.Claim(ctx, "k-fenced", fpA, longTTL)
+		switch {
+		case errors.Is(err, payrouter.ErrInFlight):
+			return false, nil
+		case err != nil:
+			return false, err
+		case rec != nil || !h.Held():
+			return false, fmt.Errorf("claim after the hold ran out = %+v, %+v; want a new hold", rec, h)
+		}
+		later = h
+		return true, nil
+	})
+	if later.Token <= stale.Token {
+		t.Fatalf("the later hold's token %d is not larger than the stalled one's %d", later.Token, stale.Token)
+	}
+
+	c.Status = payrouter.StatusSucceeded
+	if err := s.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Errorf("SaveCharge with the stalled hold = %v; want ErrHoldLost", err)
+	}
+	if got := mustGet(t, s, "ch_fenced"); got.Status != payrouter.StatusProcessing {
+		t.Errorf("charge after a refused save is %s; want processing", got.Status)
+	}
+	if err := s.Complete(ctx, stale, newRecord(fpA), longTTL); !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Errorf("Complete with the stalled hold = %v; want ErrHoldLost", err)
+	}
+	if err := s.CompleteCharge(ctx, c, stale, newRecord(fpA), longTTL); !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Errorf("CompleteCharge with the stalled hold = %v; want ErrHoldLost", err)
+	}
+	if got := mustGet(t, s, "ch_fenced"); got.Status != payrouter.StatusProcessing {
+		t.Errorf("charge after a refused CompleteCharge is %s; want processing", got.Status)
+	}
+	if err := s.Renew(ctx, stale, longTTL); !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Errorf("Renew of the stalled hold = %v; want ErrHoldLost", err)
+	}
+	if err := s.Release(ctx, stale); err != nil {
+		t.Errorf("Release of the stalled hold: %v", err)
+	}
+	wantClaimErr(t, s, "k-fenced", fpA, payrouter.ErrInFlight) // still the later request's
+
+	c.Hold = later
+	rec := newRecord(fpA)
+	if err := s.CompleteCharge(ctx, c, later, rec, longTTL); err != nil {
+		t.Fatalf("CompleteCharge with the later hold: %v", err)
+	}
+	if got := mustGet(t, s, "ch_fenced"); got.Status != payrouter.StatusSucceeded {
+		t.Errorf("charge after the later hold's CompleteCharge is %s; want succeeded", got.Status)
+	}
+	wantReplay(t, s, "k-fenced", fpA, rec)
+}
+
+// testRenew: a renewed hold outlives its first holdFor; a renewal never revives a key that
+// completed.
+func testRenew(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	h := mustClaimNewFor(t, s, "k-renew", fpA, shortTTL)
+	if err := s.Renew(ctx, h, longTTL); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	time.Sleep(3 * shortTTL)
+	wantClaimErr(t, s, "k-renew", fpA, payrouter.ErrInFlight)
+	rec := newRecord(fpA)
+	mustComplete(t, s, h, rec, longTTL)
+	if err := s.Renew(ctx, h, longTTL); !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Errorf("Renew after Complete = %v; want ErrHoldLost", err)
+	}
+	wantReplay(t, s, "k-renew", fpA, rec)
 }
 
 func testRelease(t *testing.T, s payrouter.Store) {
@@ -163,24 +255,24 @@ func testRelease(t *testing.T, s payrouter.Store) {
 		run  func(t *testing.T)
 	}{
 		{"a released key can be claimed again", func(t *testing.T) {
-			mustClaimNew(t, s, "k-rel", fpA)
-			if err := s.Release(ctx, "k-rel"); err != nil {
+			h := mustClaimNew(t, s, "k-rel", fpA)
+			if err := s.Release(ctx, h); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			mustClaimNew(t, s, "k-rel", fpB)
 			wantClaimErr(t, s, "k-rel", fpB, payrouter.ErrInFlight)
 		}},
 		{"releasing an unknown key is not an error", func(t *testing.T) {
-			if err := s.Release(ctx, "k-never"); err != nil {
+			if err := s.Release(ctx, payrouter.Hold{Key: "k-never", Token: 1 << 60}); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			mustClaimNew(t, s, "k-never", fpA)
 		}},
 		{"release after complete keeps the answer", func(t *testing.T) {
-			mustClaimNew(t, s, "k-rel-done", fpA)
+			h := mustClaimNew(t, s, "k-rel-done", fpA)
 			rec := newRecord(fpA)
-			mustComplete(t, s, "k-rel-done", rec, longTTL)
-			if err := s.Release(ctx, "k-rel-done"); err != nil {
+			mustComplete(t, s, h, rec, longTTL)
+			if err := s.Release(ctx, h); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 			wantReplay(t, s, "k-rel-done", fpA, rec)
@@ -194,13 +286,13 @@ func testRelease(t *testing.T, s payrouter.Store) {
 func testRecordIsolation(t *testing.T, s payrouter.Store) {
 	want := newRecord(fpA)
 	given := newRecord(fpA)
-	mustClaimNew(t, s, "k-iso", fpA)
-	mustComplete(t, s, "k-iso", given, longTTL)
+	h := mustClaimNew(t, s, "k-iso", fpA)
+	mustComplete(t, s, h, given, longTTL)
 	given.Body[0] = 'X'
 	given.Header["Location"] = "/elsewhere"
 	wantReplay(t, s, "k-iso", fpA, want)
 
-	got, err := claim(t, s, "k-iso", fpA)
+	got, _, err := claim(t, s, "k-iso", fpA)
 	if err != nil || got == nil {
 		t.Fatalf("Claim = %+v, %v; want the record", got, err)
 	}
@@ -212,35 +304,32 @@ func testRecordIsolation(t *testing.T, s payrouter.Store) {
 
 func testCompletedExpiry(t *testing.T, s payrouter.Store) {
 	ctx := t.Context()
-	mustClaimNew(t, s, "k-ttl", fpA)
+	h := mustClaimNew(t, s, "k-ttl", fpA)
 	rec := newRecord(fpA)
-	mustComplete(t, s, "k-ttl", rec, shortTTL)
+	mustComplete(t, s, h, rec, shortTTL)
 	wantReplay(t, s, "k-ttl", fpA, rec)
 
 	// Each poll before expiry replays; the first after it is a new claim, now held by the test.
 	waitFor(t, "completed record to expire", func() (bool, error) {
-		got, err := s.Claim(ctx, "k-ttl", fpB, longTTL)
+		got, h, err := s.Claim(ctx, "k-ttl", fpB, longTTL)
 		switch {
 		case errors.Is(err, payrouter.ErrMismatch):
 			return false, nil
 		case err != nil:
 			return false, err
 		}
-		return got == nil, nil
+		return got == nil && h.Held(), nil
 	})
 	wantClaimErr(t, s, "k-ttl", fpA, payrouter.ErrInFlight)
 }
 
 func testInFlightExpiry(t *testing.T, s payrouter.Store) {
 	ctx := t.Context()
-	rec, err := s.Claim(ctx, "k-crashed", fpA, shortTTL)
-	if rec != nil || err != nil {
-		t.Fatalf("Claim = %+v, %v; want a new claim", rec, err)
-	}
+	mustClaimNewFor(t, s, "k-crashed", fpA, shortTTL)
 	wantClaimErr(t, s, "k-crashed", fpA, payrouter.ErrInFlight)
 
 	waitFor(t, "a crashed holder's claim to expire", func() (bool, error) {
-		got, err := s.Claim(ctx, "k-crashed", fpA, longTTL)
+		got, _, err := s.Claim(ctx, "k-crashed", fpA, longTTL)
 		switch {
 		case errors.Is(err, payrouter.ErrInFlight):
 			return false, nil
@@ -261,8 +350,9 @@ func testConcurrentClaims(t *testing.T, s payrouter.Store) {
 	const racers = 50
 	ctx := t.Context()
 	type result struct {
-		rec *payrouter.IdempotencyRecord
-		err error
+		rec  *payrouter.IdempotencyRecord
+		hold payrouter.Hold
+		err  error
 	}
 	race := func() []result {
 		results := make([]result, racers)
@@ -271,8 +361,8 @@ func testConcurrentClaims(t *testing.T, s payrouter.Store) {
 		for i := range results {
 			wg.Go(func() {
 				<-start
-				rec, err := s.Claim(ctx, "k-race", fpA, longTTL)
-				results[i] = result{rec, err}
+				rec, h, err := s.Claim(ctx, "k-race", fpA, longTTL)
+				results[i] = result{rec, h, err}
 			})
 		}
 		close(start)
@@ -281,10 +371,12 @@ func testConcurrentClaims(t *testing.T, s payrouter.Store) {
 	}
 
 	won := 0
+	var winner payrouter.Hold
 	for _, r := range race() {
 		switch {
-		case r.err == nil && r.rec == nil:
+		case r.err == nil && r.rec == nil && r.hold.Held():
 			won++
+			winner = r.hold
 		case errors.Is(r.err, payrouter.ErrInFlight):
 		default:
 			t.Fatalf("Claim = %+v, %v; want a new claim or ErrInFlight", r.rec, r.err)
@@ -295,7 +387,7 @@ func testConcurrentClaims(t *testing.T, s payrouter.Store) {
 	}
 
 	rec := newRecord(fpA)
-	mustComplete(t, s, "k-race", rec, longTTL)
+	mustComplete(t, s, winner, rec, longTTL)
 	for _, r := range race() {
 		if r.err != nil {
 			t.Fatalf("Claim of the completed key: %v", r.err)
@@ -313,12 +405,13 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 		name string
 		call func() error
 	}{
-		{"claim empty key", func() error { _, err := s.Claim(ctx, "", fpA, longTTL); return err }},
-		{"claim zero in-flight ttl", func() error { _, err := s.Claim(ctx, "k-inv", fpA, 0); return err }},
-		{"claim negative in-flight ttl", func() error { _, err := s.Claim(ctx, "k-inv", fpA, -time.Second); return err }},
-		{"complete empty key", func() error { return s.Complete(ctx, "", rec, longTTL) }},
-		{"complete zero ttl", func() error { return s.Complete(ctx, "k-inv", rec, 0) }},
-		{"complete negative ttl", func() error { return s.Complete(ctx, "k-inv", rec, -time.Second) }},
+		{"claim empty key", func() error { _, _, err := s.Claim(ctx, "", fpA, longTTL); return err }},
+		{"claim zero hold", func() error { _, _, err := s.Claim(ctx, "k-inv", fpA, 0); return err }},
+		{"claim negative hold", func() error { _, _, err := s.Claim(ctx, "k-inv", fpA, -time.Second); return err }},
+		{"complete without a hold", func() error { return s.Complete(ctx, payrouter.Hold{Key: "k-inv"}, rec, longTTL) }},
+		{"complete empty key", func() error { return s.Complete(ctx, payrouter.Hold{Token: 1}, rec, longTTL) }},
+		{"complete zero ttl", func() error { return s.Complete(ctx, payrouter.Hold{Key: "k-inv", Token: 1}, rec, 0) }},
+		{"complete negative ttl", func() error { return s.Complete(ctx, payrouter.Hold{Key: "k-inv", Token: 1}, rec, -time.Second) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,7 +419,7 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 			if err == nil {
 				t.Fatal("succeeded, want an error")
 			}
-			for _, sentinel := range []error{payrouter.ErrInFlight, payrouter.ErrMismatch, payrouter.ErrNotFound} {
+			for _, sentinel := range []error{payrouter.ErrInFlight, payrouter.ErrMismatch, payrouter.ErrNotFound, payrouter.ErrHoldLost} {
 				if errors.Is(err, sentinel) {
 					t.Fatalf("error %v is %v, want a plain error: the caller's bug, not the key's state", err, sentinel)
 				}
@@ -342,11 +435,11 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 // record, first complete still winning.
 func testCompleteCharge(t *testing.T, s payrouter.Store) {
 	ctx := t.Context()
-	mustClaimNew(t, s, "k-charge", fpA)
+	h := mustClaimNew(t, s, "k-charge", fpA)
 	mustSave(t, s, newCharge("ch_done", payrouter.StatusProcessing, base))
 	final := newCharge("ch_done", payrouter.StatusSucceeded, base)
 	rec := newRecord(fpA)
-	if err := s.CompleteCharge(ctx, final, "k-charge", rec, longTTL); err != nil {
+	if err := s.CompleteCharge(ctx, final, h, rec, longTTL); err != nil {
 		t.Fatalf("CompleteCharge: %v", err)
 	}
 	if d := diffCharge(mustGet(t, s, "ch_done"), keptForm(t, final)); d != "" {
@@ -359,12 +452,12 @@ func testCompleteCharge(t *testing.T, s payrouter.Store) {
 
 	later := newRecord(fpA)
 	later.Status = 202
-	if err := s.CompleteCharge(ctx, final, "k-charge", later, longTTL); err != nil {
+	if err := s.CompleteCharge(ctx, final, h, later, longTTL); err != nil {
 		t.Fatalf("CompleteCharge again: %v", err)
 	}
 	wantReplay(t, s, "k-charge", fpA, rec)
 
-	if err := s.CompleteCharge(ctx, nil, "k-nil", rec, longTTL); err == nil {
+	if err := s.CompleteCharge(ctx, nil, h, rec, longTTL); err == nil {
 		t.Error("CompleteCharge with a nil charge: no error")
 	}
 }

@@ -47,16 +47,14 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"idempotency/complete sets created_at", testCompleteSetsCreatedAt},
 		{"idempotency/first complete wins", testFirstCompleteWins},
 		{"idempotency/complete without a live claim", testCompleteUnclaimed},
+		{"idempotency/a stalled holder is fenced off", testHoldLost},
+		{"idempotency/renew", testRenew},
 		{"idempotency/release", testRelease},
 		{"idempotency/records are isolated", testRecordIsolation},
 		{"idempotency/completed record expires", testCompletedExpiry},
 		{"idempotency/in-flight claim expires", testInFlightExpiry},
 		{"idempotency/concurrent claims", testConcurrentClaims},
 		{"idempotency/invalid", testIdempotencyInvalid},
-
-		{"breakers/forced states", testForcedStates},
-		{"breakers/forced states are copies", testForcedIsolation},
-		{"breakers/invalid", testForcedInvalid},
 
 		{"refunds/save and get", testRefundSaveAndGet},
 		{"refunds/not found", testRefundNotFound},
@@ -71,6 +69,25 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"queue/ack of an unknown id", testQueueAckUnknown},
 
 		{"ping", testPing},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, newStore(t))
+		})
+	}
+}
+
+// RunBreakerState runs the suite of a payrouter.BreakerStateStore (forced states) as subtests of
+// t; newStore is called once per subtest and must return an empty store of its own.
+func RunBreakerState(t *testing.T, newStore func(t *testing.T) payrouter.BreakerStateStore) {
+	t.Helper()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s payrouter.BreakerStateStore)
+	}{
+		{"forced states", testForcedStates},
+		{"forced states are copies", testForcedIsolation},
+		{"invalid", testForcedInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
