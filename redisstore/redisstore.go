@@ -1,11 +1,17 @@
-// Package redisstore is the shared state store: every payrouter instance pointed at the same
-// Redis shares breakers, idempotency keys and charges through it (DESIGN.md, State stores). It
-// runs on go-redis's UniversalClient, so a single server, Sentinel and Cluster all work: every
-// key of one breaker, charge or idempotency key carries a {hash tag}, so that the scripts that
-// touch several keys at once stay on one Cluster slot.
+// Package redisstore is the fleet's coordination state in Redis (DESIGN.md, State stores): the
+// breakers' rolling windows and states, forced states, the breaker events every instance hears
+// by pub/sub, and leases that elect one prober or reconciler. It holds only what can be lost:
+// losing all of it (a restart without persistence, a failover that drops acknowledged writes, a
+// FLUSHALL) costs a few extra gateway calls while the breakers re-learn, never money. Money state
+// (charges, refunds, idempotency records, the task queue) is never kept here: it lives in
+// memstore or in PostgreSQL (pgstore), and Store does not implement payrouter.Store.
+//
+// It runs on go-redis's UniversalClient, so a single server, Sentinel and Cluster all work:
+// every key of one breaker or lease carries a {hash tag}, so that the scripts that touch
+// several keys at once stay on one Cluster slot.
 //
 // Every call is bounded by Options.Timeout and never retried by the client: a slow Redis must
-// cost a request at most that long, and the caller (statestore) decides what to do instead.
+// cost a caller at most that long, and the caller (statestore) decides what to do instead.
 package redisstore
 
 import (
@@ -30,10 +36,6 @@ import (
 // so that no request waits on a struggling Redis.
 const DefaultTimeout = 100 * time.Millisecond
 
-// DefaultChargeTTL is how long a charge record is kept after its last change when
-// Options.ChargeTTL is 0.
-const DefaultChargeTTL = 30 * 24 * time.Hour
-
 // DefaultPrefix starts every key payrouter writes, so that it can share a Redis with others.
 const DefaultPrefix = "payrouter:"
 
@@ -41,8 +43,6 @@ const DefaultPrefix = "payrouter:"
 type Options struct {
 	// Timeout bounds every Redis call (dial, write, read); 0: DefaultTimeout.
 	Timeout time.Duration
-	// ChargeTTL is how long a charge is kept after its last save; 0: DefaultChargeTTL.
-	ChargeTTL time.Duration
 	// Prefix starts every key and channel name; "": DefaultPrefix.
 	Prefix string
 	// PoolSize is the client's connection pool size; 0: go-redis's default (10 per CPU).
@@ -57,26 +57,24 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.ChargeTTL <= 0 {
-		o.ChargeTTL = DefaultChargeTTL
-	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
 	return o
 }
 
-// Store is payrouter's state in Redis. It implements payrouter.Store, payrouter.FleetBreakers
-// and payrouter.Leases, and is safe for concurrent use.
+// Store is the fleet's coordination state in Redis. It implements payrouter.BreakerStateStore,
+// payrouter.FleetBreakers and payrouter.Leases (and not payrouter.Store: no money state is ever
+// kept in Redis), and is safe for concurrent use.
 type Store struct {
 	rdb  redis.UniversalClient
 	opts Options
 }
 
 var (
-	_ payrouter.Store         = (*Store)(nil)
-	_ payrouter.FleetBreakers = (*Store)(nil)
-	_ payrouter.Leases        = (*Store)(nil)
+	_ payrouter.BreakerStateStore = (*Store)(nil)
+	_ payrouter.FleetBreakers     = (*Store)(nil)
+	_ payrouter.Leases            = (*Store)(nil)
 )
 
 // Open connects to the Redis that rawURL names (redis://, or rediss:// for TLS):
@@ -171,7 +169,8 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 // key returns prefix + the parts joined by ":", the second part (the thing the key is about)
-// wrapped as a Cluster hash tag: key("charge", id) is "payrouter:charge:{id}".
+// wrapped as a Cluster hash tag: key("lease", "probe/paywell") is
+// "payrouter:lease:{probe/paywell}".
 func (s *Store) key(kind, subject string, rest ...string) string {
 	k := s.opts.Prefix + kind + ":{" + subject + "}"
 	for _, r := range rest {
@@ -181,14 +180,12 @@ func (s *Store) key(kind, subject string, rest ...string) string {
 }
 
 // IsUnavailable reports whether err says Redis could not be reached or could not serve (a
-// refused or broken connection, a timeout, a closed client, a server that is loading or read
-// only), as opposed to an answer about the data (not found, in flight, mismatch) or a caller's
-// mistake. statestore switches to local state on the first such error.
+// refused or broken connection, a timeout, a closed client, a server that is loading, read only
+// or failing over), as opposed to a caller's mistake (an empty breaker name, impossible rules) or
+// a caller that gave up. statestore goes down on the first such error: its callers then stop
+// waiting on Redis and keep their breakers local until it answers again.
 func IsUnavailable(err error) bool {
 	if err == nil {
-		return false
-	}
-	if errors.Is(err, payrouter.ErrNotFound) || errors.Is(err, payrouter.ErrInFlight) || errors.Is(err, payrouter.ErrMismatch) {
 		return false
 	}
 	if errors.Is(err, context.Canceled) {

@@ -1,7 +1,7 @@
 package redisstore_test
 
 // Sentinel and Cluster, each a real deployment on loopback: state.redis_url in their forms, the
-// shared store suite, and a breaker trip heard by a second store.
+// forced-state suite, a breaker trip heard by a second store, and one lease holder across two.
 
 import (
 	"context"
@@ -17,21 +17,27 @@ import (
 func TestStoreThroughSentinel(t *testing.T) {
 	master := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, master)
-	storetest.Run(t, func(t *testing.T) payrouter.Store {
+	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
 		return openStore(t, sentinel.URL(), redisstore.Options{Timeout: suiteTimeout})
 	})
 	t.Run("breaker trip reaches another instance", func(t *testing.T) {
 		checkTripHeard(t, sentinel.URL())
 	})
+	t.Run("one lease holder", func(t *testing.T) {
+		checkOneLeaseHolder(t, sentinel.URL())
+	})
 }
 
 func TestStoreOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	storetest.Run(t, func(t *testing.T) payrouter.Store {
+	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
 		return openStore(t, cluster.URL(), redisstore.Options{Timeout: suiteTimeout})
 	})
 	t.Run("breaker trip reaches another instance", func(t *testing.T) {
 		checkTripHeard(t, cluster.URL())
+	})
+	t.Run("one lease holder", func(t *testing.T) {
+		checkOneLeaseHolder(t, cluster.URL())
 	})
 }
 
@@ -76,4 +82,21 @@ func checkTripHeard(t *testing.T, url string) {
 	if !states["paywell/charge"].Open || states["ding/charge"].Open {
 		t.Errorf("BreakerStates through the other store: %+v; want paywell/charge open, ding/charge closed", states)
 	}
+	if err := a.ForceBreaker(t.Context(), "ding/charge", payrouter.ForcedOpen, "A"); err != nil {
+		t.Fatal(err)
+	}
+	forcedEqual(t, b, map[string]payrouter.Forced{"ding/charge": payrouter.ForcedOpen})
+}
+
+// checkOneLeaseHolder has two stores on the same deployment ask for one lease: the first holds
+// it, the second is refused until the first drops it.
+func checkOneLeaseHolder(t *testing.T, url string) {
+	o := redisstore.Options{Timeout: suiteTimeout, Prefix: "lease:" + t.Name() + ":"}
+	a, b := openStore(t, url, o), openStore(t, url, o)
+	holdLease(t, a, "a", time.Minute, true)
+	holdLease(t, b, "b", time.Minute, false)
+	if err := a.DropLease(t.Context(), leaseName, "a"); err != nil {
+		t.Fatal(err)
+	}
+	holdLease(t, b, "b", time.Minute, true)
 }
