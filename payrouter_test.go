@@ -27,3 +27,30 @@ func TestPaymentTokenIsMasked(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOfState: every gateway-side state maps to the charge status that tells the truth of
+// it; a voided, refunded or partly refunded transaction is never shown as succeeded.
+func TestStatusOfState(t *testing.T) {
+	cases := []struct {
+		state TxState
+		want  ChargeStatus
+		known bool
+	}{
+		{TxAuthorized, StatusRequiresCapture, true},
+		{TxCaptured, StatusSucceeded, true},
+		{TxVoided, StatusVoided, true},
+		{TxRefunded, StatusRefunded, true},
+		{TxPartiallyRefunded, StatusPartiallyRefunded, true},
+		{TxDeclined, StatusDeclined, true},
+		{TxFailed, StatusFailed, true},
+		{TxPending, StatusProcessing, false},
+		{TxNotFound, StatusProcessing, false},
+		{TxUnknown, StatusProcessing, false},
+	}
+	for _, tc := range cases {
+		got, known := StatusOfState(tc.state)
+		if got != tc.want || known != tc.known {
+			t.Errorf("StatusOfState(%q) = %s, %v; want %s, %v", tc.state, got, known, tc.want, tc.known)
+		}
+	}
+}

@@ -268,9 +268,9 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	}
 	left := c.Amount - c.Refunded
 	switch {
-	case c.Status == payrouter.StatusRefunded || c.Status == payrouter.StatusSucceeded && left <= 0:
+	case c.Status == payrouter.StatusRefunded || left <= 0 && refundable(c.Status):
 		return nil, payrouter.Errorf(payrouter.EState, "charge %s is refunded in full already", c.ID)
-	case c.Status != payrouter.StatusSucceeded:
+	case !refundable(c.Status):
 		return nil, payrouter.Errorf(payrouter.EState, "charge %s is %s: only a succeeded charge can be refunded", c.ID, c.Status)
 	case amount > left:
 		return nil, payrouter.Errorf(payrouter.EState, "charge %s has %d left to refund, less than %d", c.ID, left, amount)
@@ -394,6 +394,11 @@ func (r *Router) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBef
 	return err
 }
 
+// refundable reports whether a charge in that status has captured money that may be given back.
+func refundable(s payrouter.ChargeStatus) bool {
+	return s == payrouter.StatusSucceeded || s == payrouter.StatusPartiallyRefunded
+}
+
 // completeRefund records a refund the gateway applied, and adds it to its charge's refunded
 // amount, once: a refund found succeeded already (sent twice, by a worker and a request, or by
 // two workers) is not counted again.
@@ -420,6 +425,7 @@ func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res p
 		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
 	}
 	c.Refunded += rf.Amount
+	c.Status = payrouter.StatusPartiallyRefunded
 	if c.Refunded >= c.Amount {
 		c.Status = payrouter.StatusRefunded
 	}
@@ -590,10 +596,9 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		c.Status = payrouter.StatusVoided
 		c.GatewayReference = res.GatewayReference
 	case payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
-		// Captured, then refunded at the gateway without payrouter: captured is what the charge
-		// came to; its refunds are not payrouter's to count.
+		// Captured, then refunded at the gateway without payrouter: shown as the gateway has
+		// it, never as plainly succeeded.
 		r.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
-		res.State = payrouter.TxCaptured
 		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
 		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))

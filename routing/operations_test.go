@@ -364,7 +364,9 @@ func TestRefund(t *testing.T) {
 		{name: "all of it", status: payrouter.StatusSucceeded, answer: lookedUp(""),
 			wantRefund: payrouter.RefundSucceeded, wantAmount: 1999, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
 		{name: "part of it", status: payrouter.StatusSucceeded, amount: 500, answer: lookedUp(""),
-			wantRefund: payrouter.RefundSucceeded, wantAmount: 500, wantRefunded: 500, wantCharge: payrouter.StatusSucceeded},
+			wantRefund: payrouter.RefundSucceeded, wantAmount: 500, wantRefunded: 500, wantCharge: payrouter.StatusPartiallyRefunded},
+		{name: "the rest of a partly refunded one", status: payrouter.StatusPartiallyRefunded, refunded: 1500, answer: lookedUp(""),
+			wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
 		{name: "the rest of it", status: payrouter.StatusSucceeded, refunded: 1500, answer: lookedUp(""),
 			wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
 		{name: "more than is left", status: payrouter.StatusSucceeded, refunded: 1500, amount: 500, answer: lookedUp(""),
@@ -550,8 +552,8 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 			if got.Status != payrouter.RefundSucceeded || got.GatewayReference != "gw_re" {
 				t.Errorf("stored refund %+v, want it succeeded", got)
 			}
-			if c := f.stored(t); c.Refunded != 700 || c.Status != payrouter.StatusSucceeded {
-				t.Errorf("charge refunded %d, status %s; want 700 counted once, still succeeded", c.Refunded, c.Status)
+			if c := f.stored(t); c.Refunded != 700 || c.Status != payrouter.StatusPartiallyRefunded {
+				t.Errorf("charge refunded %d, status %s; want 700 counted once, partially_refunded", c.Refunded, c.Status)
 			}
 			if applied := f.gw.Applied(); applied != 700 {
 				t.Errorf("the gateway gave back %d, want 700 once", applied)

@@ -199,6 +199,8 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
+		// Nothing was sent: with the database away this is 503 state-unavailable, with the
+		// hold lost to a later request (payrouter.ErrHoldLost) that request answers.
 		return nil, fmt.Errorf("storing charge %s before its first gateway call: %w", c.ID, run.storeErr)
 	}
 	if run.stored {
@@ -362,10 +364,12 @@ func (r *Router) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.
 	return outcomeOfState(res)
 }
 
-// outcomeOfState turns what a status look-up found into the outcome the charge came to.
+// outcomeOfState turns what a status look-up found into the outcome the charge came to: any
+// state of an approved transaction (voided or refunded since included) is an approval, whose
+// state settle then shows as it is.
 func outcomeOfState(res payrouter.Result) payrouter.Result {
 	switch res.State {
-	case payrouter.TxAuthorized, payrouter.TxCaptured:
+	case payrouter.TxAuthorized, payrouter.TxCaptured, payrouter.TxVoided, payrouter.TxRefunded, payrouter.TxPartiallyRefunded:
 		res.Outcome = payrouter.OutcomeSucceeded
 	case payrouter.TxDeclined:
 		res.Outcome = payrouter.OutcomeDeclined
@@ -387,8 +391,15 @@ func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.
 	c.GatewayReference = res.GatewayReference
 	switch res.Outcome {
 	case payrouter.OutcomeSucceeded:
-		c.Status = payrouter.StatusSucceeded
-		if res.State == payrouter.TxAuthorized || (res.State == payrouter.TxUnknown && !c.Capture) {
+		// The state the gateway reports is the truth, whatever was asked: an approval sent
+		// again with its reference may come back voided or refunded since.
+		status, known := payrouter.StatusOfState(res.State)
+		switch {
+		case known && status != payrouter.StatusDeclined && status != payrouter.StatusFailed:
+			c.Status = status
+		case c.Capture:
+			c.Status = payrouter.StatusSucceeded
+		default:
 			c.Status = payrouter.StatusRequiresCapture
 		}
 	case payrouter.OutcomeDeclined:

@@ -1,0 +1,101 @@
+package routing
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+)
+
+// TestVoidedAuthorizationAskedAgainIsVoided is the regression of a fault-injection finding: an
+// authorization voided at the gateway, its record lost, and the same key sent again. The gateway
+// answers the repeated reference with the transaction as it stands, voided; the charge must say
+// voided, never succeeded. The same holds for every state a charge can be in at its gateway.
+func TestVoidedAuthorizationAskedAgainIsVoided(t *testing.T) {
+	cases := []struct {
+		state payrouter.TxState
+		want  payrouter.ChargeStatus
+	}{
+		{payrouter.TxVoided, payrouter.StatusVoided},
+		{payrouter.TxRefunded, payrouter.StatusRefunded},
+		{payrouter.TxPartiallyRefunded, payrouter.StatusPartiallyRefunded},
+		{payrouter.TxAuthorized, payrouter.StatusRequiresCapture},
+		{payrouter.TxCaptured, payrouter.StatusSucceeded},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.state), func(t *testing.T) {
+			f := newFixture(t)
+			f.gw["paywell"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"}
+			c := newCharge()
+			c.Capture = false
+			got, err := f.router.Charge(t.Context(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != tc.want {
+				t.Errorf("charge answered %s by a gateway that has it %s; want %s", got.Status, tc.state, tc.want)
+			}
+		})
+	}
+}
+
+// TestLookUpShowsTrueState: a processing charge looked up (GET /charge, the reconciler) and
+// found voided or refunded at its gateway shows that, never succeeded.
+func TestLookUpShowsTrueState(t *testing.T) {
+	cases := []struct {
+		state payrouter.TxState
+		want  payrouter.ChargeStatus
+	}{
+		{payrouter.TxVoided, payrouter.StatusVoided},
+		{payrouter.TxRefunded, payrouter.StatusRefunded},
+		{payrouter.TxPartiallyRefunded, payrouter.StatusPartiallyRefunded},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.state), func(t *testing.T) {
+			f := newFixture(t)
+			f.gw["paywell"].authorize = timedOut
+			// A look-up that cannot tell leaves the charge processing for later.
+			f.gw["paywell"].status = payrouter.Result{Outcome: payrouter.OutcomeTimeout}
+			c, err := f.router.Charge(t.Context(), newCharge())
+			if err != nil || c.Status != payrouter.StatusProcessing {
+				t.Fatalf("charge = %v, %v; want it processing", c, err)
+			}
+			f.gw["paywell"].status = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"}
+			got, _, err := f.router.Refresh(t.Context(), c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != tc.want {
+				t.Errorf("GET of a charge the gateway has %s shows %s; want %s", tc.state, got.Status, tc.want)
+			}
+		})
+	}
+}
+
+// TestStalledHolderSendsNothing: a request whose hold on its key was taken by a later request
+// (it stalled past its hold) cannot store the charge before its gateway call, so it calls no
+// gateway: the later request is the charge's only writer.
+func TestStalledHolderSendsNothing(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	_, stale, err := f.store.Claim(ctx, "scope:key-1", "fp", 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, err := f.store.Claim(ctx, "scope:key-1", "fp", time.Minute); err != nil {
+		t.Fatalf("the later claim: %v", err)
+	}
+	c := newCharge()
+	c.Hold = stale
+	_, err = f.router.Charge(ctx, c)
+	if !errors.Is(err, payrouter.ErrHoldLost) {
+		t.Fatalf("charge by the stalled holder: %v; want ErrHoldLost", err)
+	}
+	for name, gw := range f.gw {
+		if len(gw.calls) != 0 {
+			t.Errorf("%s was called %v by a holder that lost its key", name, gw.calls)
+		}
+	}
+}
