@@ -26,9 +26,19 @@ type Auth struct {
 	AdminToken string   `yaml:"admin_token"` // empty: /admin/ answers 403 to everyone
 }
 
-// State chooses the state store.
+// State chooses the state stores (DESIGN.md, State stores): where money state lives, and where
+// the fleet's breakers are shared.
 type State struct {
-	RedisURL string `yaml:"redis_url"` // empty: in memory, one instance
+	// DatabaseURL is PostgreSQL holding the money state (charges, refunds, idempotency keys,
+	// queued tasks) for a fleet: postgres://user@host:5432/payrouter. Empty: in memory, one
+	// instance only; required with RedisURL.
+	DatabaseURL string `yaml:"database_url"`
+	// DatabaseTimeout bounds every database call: a database that does not answer turns into
+	// 503 state-unavailable within it. default 800ms
+	DatabaseTimeout time.Duration `yaml:"database_timeout"`
+	// RedisURL is Redis shared by the fleet for breakers, forced states, fleet events and leases:
+	// ephemeral, never money. Empty: breakers are this instance's own.
+	RedisURL string `yaml:"redis_url"`
 	// RedisTimeout bounds every Redis call; a request never waits on Redis longer. default 100ms
 	RedisTimeout time.Duration `yaml:"redis_timeout"`
 }

@@ -31,6 +31,7 @@ const (
 	defaultProbeInterval    = 5 * time.Second
 	defaultProbeTimeout     = 2 * time.Second
 	defaultRedisTimeout     = 100 * time.Millisecond
+	defaultDatabaseTimeout  = 800 * time.Millisecond
 	defaultRouteName        = "default"
 )
 
@@ -144,6 +145,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 	defDuration(&c.RequestTimeout, present["request_timeout"], defaultRequestTimeout)
 	defDuration(&c.Idempotency.TTL, present["idempotency.ttl"], defaultIdempotencyTTL)
 	defDuration(&c.State.RedisTimeout, present["state.redis_timeout"], defaultRedisTimeout)
+	defDuration(&c.State.DatabaseTimeout, present["state.database_timeout"], defaultDatabaseTimeout)
 
 	for name, g := range c.Gateways {
 		p := join("gateways", name) + "."

@@ -108,7 +108,7 @@ gateways:
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []string{"k"}},
-		State:          State{RedisTimeout: 100 * time.Millisecond},
+		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond},
 		Idempotency:    Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
@@ -400,7 +400,8 @@ func TestDemoConfig(t *testing.T) {
 	}
 
 	t.Run("environment overrides", func(t *testing.T) {
-		env := map[string]string{"PAYWELL_URL": "https://pw.example", "PAYROUTER_REDIS_URL": "redis://127.0.0.1:6379/0", "DING_API_KEY": "dg_live"}
+		env := map[string]string{"PAYWELL_URL": "https://pw.example", "PAYROUTER_REDIS_URL": "redis://127.0.0.1:6379/0",
+			"PAYROUTER_DATABASE_URL": "postgres://payrouter@127.0.0.1:5432/payrouter", "DING_API_KEY": "dg_live"}
 		c, err := Load("../configs/payrouter.yaml", func(k string) string { return env[k] }, testKinds)
 		if err != nil {
 			t.Fatal(err)

@@ -139,21 +139,23 @@ func (a Auth) MarshalJSON() ([]byte, error) { return json.Marshal(a.redacted()) 
 func (a Auth) MarshalYAML() (any, error) { return a.redacted(), nil }
 
 func (s State) redacted() stateView {
-	return stateView{RedisURL: redactURL(s.RedisURL), RedisTimeout: s.RedisTimeout}
+	v := stateView(s)
+	v.RedisURL, v.DatabaseURL = redactURL(s.RedisURL), redactURL(s.DatabaseURL)
+	return v
 }
 
-// Format prints the state settings with any password in redis_url masked, for every fmt verb.
+// Format prints the state settings with any password in redis_url or database_url masked, for every fmt verb.
 func (s State) Format(f fmt.State, verb rune) {
 	fmt.Fprintf(f, fmt.FormatString(f, verb), s.redacted())
 }
 
-// LogValue logs the state settings with any password in redis_url masked.
+// LogValue logs the state settings with any password in redis_url or database_url masked.
 func (s State) LogValue() slog.Value { return slog.AnyValue(s.redacted()) }
 
-// MarshalJSON encodes the state settings with any password in redis_url masked.
+// MarshalJSON encodes the state settings with any password in redis_url or database_url masked.
 func (s State) MarshalJSON() ([]byte, error) { return json.Marshal(s.redacted()) }
 
-// MarshalYAML encodes the state settings with any password in redis_url masked.
+// MarshalYAML encodes the state settings with any password in redis_url or database_url masked.
 func (s State) MarshalYAML() (any, error) { return s.redacted(), nil }
 
 // maskSecret hides a secret but keeps an empty one visible: "no admin token" is worth seeing.

@@ -17,10 +17,10 @@ var secretsYAML = strings.NewReplacer(
 	"api_keys: [sk_test]", "api_keys: [sk_secret_key]",
 	"admin_token: adm_test", "admin_token: adm_secret_token",
 	"base_url: http://127.0.0.1:9102", "base_url: \"https://user:url_secret_pw@127.0.0.1:9102/v1\"",
-	"request_timeout: 10s\n", "request_timeout: 10s\nstate: {redis_url: \"redis://:redis_secret_pw@127.0.0.1:6379/0\"}\n",
+	"request_timeout: 10s\n", "request_timeout: 10s\nstate: {redis_url: \"redis://:redis_secret_pw@127.0.0.1:6379/0\", database_url: \"postgres://payrouter:db_secret_pw@127.0.0.1:5432/payrouter\"}\n",
 ).Replace(baseYAML)
 
-var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key", "adm_secret_token", "url_secret_pw", "redis_secret_pw"}
+var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key", "adm_secret_token", "url_secret_pw", "redis_secret_pw", "db_secret_pw"}
 
 // TestSecretsNeverPrinted: credentials, keys and passwords in URLs do not come out of any way
 // of printing a Config or its parts.

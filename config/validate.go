@@ -104,6 +104,24 @@ func (v *validator) top() {
 			v.addf("state.redis_url", "needs a host (redis://host:6379/0)")
 		}
 	}
+	if s := c.State.DatabaseURL; s != "" {
+		u, err := url.Parse(s)
+		switch {
+		case err != nil:
+			v.addf("state.database_url", "not a URL (want postgres://user@host:5432/payrouter)")
+		case u.Scheme != "postgres" && u.Scheme != "postgresql":
+			v.addf("state.database_url", "must be a postgres:// or postgresql:// URL, got scheme %q", u.Scheme)
+		case u.Host == "" && u.Query().Get("host") == "":
+			v.addf("state.database_url", "needs a host (postgres://user@host:5432/payrouter)")
+		}
+	}
+	if c.State.RedisURL != "" && c.State.DatabaseURL == "" {
+		v.addf("state.redis_url", "needs state.database_url too: instances that share breakers must share their money state, or one Idempotency-Key could charge twice across them")
+	}
+	v.positive("state.database_timeout", c.State.DatabaseTimeout)
+	if c.State.DatabaseTimeout > 10*time.Second {
+		v.addf("state.database_timeout", "must be <= 10s: every money request may wait this long on a database that does not answer")
+	}
 	v.positive("state.redis_timeout", c.State.RedisTimeout)
 	if c.State.RedisTimeout > 5*time.Second {
 		v.addf("state.redis_timeout", "must be <= 5s: every request may wait this long on a struggling Redis")
