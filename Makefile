@@ -19,16 +19,16 @@ run: build ## start the simulated gateways and payrouter on configs/payrouter.ya
 	@bash scripts/run-demo.sh
 
 .PHONY: run-fleet
-run-fleet: build ## start redis-server, the simulated gateways and two payrouter instances sharing it (configs/payrouter-redis.yaml)
+run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gateways and two payrouter instances sharing both (configs/payrouter-redis.yaml)
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, e2e, the dashboard check), then the contract suite: core on the in-memory store, all of it on Redis
+test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), then the contract suite: core in memory, all of it on PostgreSQL and Redis
 	$(GO) vet ./...
 	bash scripts/check-alerts.sh
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@if [[ -f ../shared/contract/run.sh ]]; then \
-		bash ../shared/contract/run.sh core && bash ../shared/contract/run.sh all; \
+		bash ../shared/contract/run.sh core && CONTRACT_DATABASE=yes bash ../shared/contract/run.sh all; \
 	else \
 		echo "contract suite not found at ../shared/contract: skipped"; \
 	fi
@@ -38,9 +38,9 @@ alerts: ## promtool check rules and the alert rules' unit tests (configs/prometh
 	bash scripts/check-alerts.sh
 
 .PHONY: contract
-contract: ## only the black-box contract suite: core on the in-memory store, then core and fleet on Redis
+contract: ## only the black-box contract suite: core in memory, then core and fleet on PostgreSQL and Redis
 	bash ../shared/contract/run.sh core
-	bash ../shared/contract/run.sh all
+	CONTRACT_DATABASE=yes bash ../shared/contract/run.sh all
 
 .PHONY: chaos
 chaos: ## the chaos money check, long: 5000 charges through two instances on Redis while gateways fail at random and one instance is killed; every ledger must balance
