@@ -3,7 +3,6 @@ package statestore
 import (
 	"errors"
 	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,51 +10,46 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// TestWhileDown: every call is answered locally, at once, and the primary is never called.
+// TestWhileDown: nothing waits on the primary once it is known to be down. Forced states are
+// answered from this instance's memory, Ping says since when and why, and the primary is never
+// called.
 func TestWhileDown(t *testing.T) {
 	h := start(t, newFake())
-	// Before the outage: a charge in the shared store, and a key claimed there and in flight.
-	mustSave(t, h, charge("ch_before", payrouter.StatusProcessing, base))
-	mustClaimNew(t, h, "k-before", fpA)
+	// Before the outage: a breaker forced through this instance, one through another.
+	if err := h.SetForced(t.Context(), "ding/charge", payrouter.ForcedClosed); err != nil {
+		t.Fatalf("SetForced: %v", err)
+	}
+	h.fake.set("tranglo/charge", payrouter.ForcedOpen)
+	if _, err := h.ForcedStates(t.Context()); err != nil {
+		t.Fatalf("ForcedStates: %v", err)
+	}
 	h.goDown(t)
 	calls := h.fake.calls.Load()
 
-	mustSave(t, h, charge("ch_out", payrouter.StatusProcessing, base.Add(time.Second)))
-	mustSave(t, h, charge("ch_out2", payrouter.StatusProcessing, base))
-	wantCharge(t, h, "ch_out", payrouter.StatusProcessing)
-	got, err := h.ChargesByStatus(t.Context(), payrouter.StatusProcessing, 10)
-	if err != nil {
-		t.Fatalf("ChargesByStatus: %v", err)
-	}
-	if ids := ids(got); !slices.Equal(ids, []string{"ch_out2", "ch_out"}) {
-		t.Fatalf("ChargesByStatus = %v, want the charges saved locally, oldest first", ids)
-	}
-
-	mustClaimNew(t, h, "k1", fpA)
-	wantClaimErr(t, h, "k1", fpA, payrouter.ErrInFlight)
-	mustComplete(t, h, "k1", record(fpA, 201, "one"))
-	wantReplay(t, h, "k1", fpA, record(fpA, 201, "one"))
-	wantClaimErr(t, h, "k1", fpB, payrouter.ErrMismatch)
-
-	t.Run("a key this instance holds on the primary stays in flight", func(t *testing.T) {
-		wantClaimErr(t, h, "k-before", fpA, payrouter.ErrInFlight)
-	})
-
 	if err := h.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen); err != nil {
-		t.Fatalf("SetForced: %v", err)
+		t.Fatalf("SetForced while down: %v", err)
+	}
+	if err := h.SetForced(t.Context(), "ding/charge", payrouter.ForcedNone); err != nil {
+		t.Fatalf("SetForced(ForcedNone) while down: %v", err)
 	}
 	forced, err := h.ForcedStates(t.Context())
-	if err != nil || !maps.Equal(forced, map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen}) {
-		t.Fatalf("ForcedStates = %v, %v; want the local change", forced, err)
+	want := map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen, "tranglo/charge": payrouter.ForcedOpen}
+	if err != nil || !maps.Equal(forced, want) {
+		t.Fatalf("ForcedStates while down = %v, %v; want %v: what was read before, with the changes made since", forced, err, want)
+	}
+	if _, err := h.BreakerStates(t.Context(), []string{"paywell/charge"}); !errors.Is(err, ErrDown) {
+		t.Fatalf("BreakerStates while down = %v, want ErrDown", err)
 	}
 
 	err = h.Ping(t.Context())
 	if !errors.Is(err, ErrDown) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "since") {
 		t.Fatalf("Ping while down = %v; want ErrDown saying since when and why", err)
 	}
-
 	if n := h.fake.calls.Load() - calls; n != 0 {
 		t.Fatalf("the primary was called %d times while down, want never", n)
+	}
+	if got := h.fake.forcedNow(); got["paywell/charge"] != payrouter.ForcedNone || got["ding/charge"] != payrouter.ForcedClosed {
+		t.Fatalf("the primary's forced states changed while it was down: %v", got)
 	}
 	if !h.fake.down.Load() || h.Up() {
 		t.Fatal("came up while the primary is down")
@@ -133,12 +127,4 @@ func TestFleetWhileDown(t *testing.T) {
 			t.Fatalf("primary called %d times, want %d", got, want)
 		}
 	})
-}
-
-func ids(cs []*payrouter.Charge) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.ID
-	}
-	return out
 }

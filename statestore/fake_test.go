@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/memstore"
 )
 
 // Test timings: intervals short enough that recovery is seen in milliseconds, and a deadline
@@ -34,23 +34,23 @@ func isNetError(err error) bool {
 	return errors.As(err, &netErr)
 }
 
-// fakePrimary is a shared store in memory with an off switch: while down every call, Ping
-// included, fails with errRefused. It counts calls so tests can tell that a down Store never
-// touches it. The embedded memstore is the shared store's content; tests read and write it
-// directly (as another instance would) without going through the switch or the counters.
+// fakePrimary is a coordination store in memory with an off switch: while down every call,
+// Ping included, fails with errRefused. It counts calls so tests can tell that a down Store never
+// touches it. Its forced states are its content; tests read and write them through forced (as
+// another instance would) without going through the switch or the counters.
 type fakePrimary struct {
-	*memstore.Store
 	down   atomic.Bool
 	calls  atomic.Int64 // every call but Ping
-	claims atomic.Int64 // calls of Claim
 	pings  atomic.Int64
+	closed atomic.Bool
 
-	mu       sync.Mutex
-	failSave map[string]error // SaveCharge of these ids fails with this (not unavailable) error
+	mu        sync.Mutex
+	forced    map[string]payrouter.Forced
+	failForce map[string]error // SetForced of these breakers fails with this error
 }
 
 func newFake() *fakePrimary {
-	return &fakePrimary{Store: memstore.New(), failSave: map[string]error{}}
+	return &fakePrimary{forced: map[string]payrouter.Forced{}, failForce: map[string]error{}}
 }
 
 var _ Shared = (*fakePrimary)(nil)
@@ -63,140 +63,70 @@ func (f *fakePrimary) enter() error {
 	return nil
 }
 
-func (f *fakePrimary) setFailSave(id string, err error) {
+// setFailForce makes SetForced of breaker fail with err; nil lifts it.
+func (f *fakePrimary) setFailForce(breaker string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err == nil {
-		delete(f.failSave, id)
+		delete(f.failForce, breaker)
 		return
 	}
-	f.failSave[id] = err
+	f.failForce[breaker] = err
 }
 
-func (f *fakePrimary) Ping(ctx context.Context) error {
+// set writes a forced state as another instance would, behind the Store's back.
+func (f *fakePrimary) set(breaker string, forced payrouter.Forced) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	setForced(f.forced, breaker, forced)
+}
+
+// forcedNow is the fake's forced states, read behind the Store's back.
+func (f *fakePrimary) forcedNow() map[string]payrouter.Forced {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.forced)
+}
+
+func (f *fakePrimary) Ping(context.Context) error {
 	f.pings.Add(1)
 	if f.down.Load() {
 		return errRefused
 	}
-	return f.Store.Ping(ctx)
+	return nil
 }
 
-func (f *fakePrimary) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+func (f *fakePrimary) Close() error {
+	f.closed.Store(true)
+	return nil
+}
+
+// SetForced refuses what redisstore refuses, so that the suite holds the fake to the same rules.
+func (f *fakePrimary) SetForced(_ context.Context, breaker string, forced payrouter.Forced) error {
 	if err := f.enter(); err != nil {
 		return err
 	}
-	if c != nil {
-		f.mu.Lock()
-		err := f.failSave[c.ID]
-		f.mu.Unlock()
-		if err != nil {
-			return err
-		}
+	if err := checkForced(breaker, forced); err != nil {
+		return err
 	}
-	return f.Store.SaveCharge(ctx, c)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failForce[breaker]; err != nil {
+		return err
+	}
+	setForced(f.forced, breaker, forced)
+	return nil
 }
 
-func (f *fakePrimary) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
+func (f *fakePrimary) ForcedStates(context.Context) (map[string]payrouter.Forced, error) {
 	if err := f.enter(); err != nil {
 		return nil, err
 	}
-	return f.Store.Charge(ctx, id)
+	return f.forcedNow(), nil
 }
 
-func (f *fakePrimary) ChargesByStatus(ctx context.Context, status payrouter.ChargeStatus, limit int) ([]*payrouter.Charge, error) {
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.Store.ChargesByStatus(ctx, status, limit)
-}
-
-func (f *fakePrimary) Claim(ctx context.Context, key, fingerprint string, ttl time.Duration) (*payrouter.IdempotencyRecord, error) {
-	f.claims.Add(1)
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.Store.Claim(ctx, key, fingerprint, ttl)
-}
-
-// CompleteCharge is SaveCharge then Complete, each failing as the fake is told.
-func (f *fakePrimary) CompleteCharge(ctx context.Context, c *payrouter.Charge, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
-	if err := f.SaveCharge(ctx, c); err != nil {
-		return err
-	}
-	return f.Complete(ctx, key, rec, ttl)
-}
-
-func (f *fakePrimary) Complete(ctx context.Context, key string, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	return f.Store.Complete(ctx, key, rec, ttl)
-}
-
-func (f *fakePrimary) Release(ctx context.Context, key string) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	return f.Store.Release(ctx, key)
-}
-
-func (f *fakePrimary) SetForced(ctx context.Context, breaker string, forced payrouter.Forced) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	return f.Store.SetForced(ctx, breaker, forced)
-}
-
-func (f *fakePrimary) ForcedStates(ctx context.Context) (map[string]payrouter.Forced, error) {
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.Store.ForcedStates(ctx)
-}
-
-func (f *fakePrimary) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	return f.Store.SaveRefund(ctx, r)
-}
-
-func (f *fakePrimary) Refund(ctx context.Context, id string) (*payrouter.Refund, error) {
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.Store.Refund(ctx, id)
-}
-
-func (f *fakePrimary) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
-	if err := f.enter(); err != nil {
-		return "", err
-	}
-	return f.Store.Enqueue(ctx, t)
-}
-
-func (f *fakePrimary) Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]payrouter.Task, error) {
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.Store.Take(ctx, consumer, max, idle)
-}
-
-func (f *fakePrimary) Ack(ctx context.Context, id string) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	return f.Store.Ack(ctx, id)
-}
-
-func (f *fakePrimary) QueueDepth(ctx context.Context) (int64, error) {
-	if err := f.enter(); err != nil {
-		return 0, err
-	}
-	return f.Store.QueueDepth(ctx)
-}
-
-// The fleet's methods are stubs: statestore only passes them through or refuses them.
+// The fleet's methods are stubs, but for the forced states they touch: statestore only passes
+// them through or refuses them.
 
 func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {
 	return false, payrouter.BreakerCounts{}, f.enter()
@@ -220,11 +150,21 @@ func (f *fakePrimary) CloseBreaker(context.Context, string, string) (bool, error
 	return true, f.enter()
 }
 
-func (f *fakePrimary) ForceBreaker(context.Context, string, payrouter.Forced, string) error {
-	return f.enter()
+func (f *fakePrimary) ForceBreaker(_ context.Context, breaker string, forced payrouter.Forced, _ string) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	f.set(breaker, forced)
+	return nil
 }
 
-func (f *fakePrimary) ResetBreaker(context.Context, string, string) error { return f.enter() }
+func (f *fakePrimary) ResetBreaker(_ context.Context, breaker, _ string) error {
+	if err := f.enter(); err != nil {
+		return err
+	}
+	f.set(breaker, payrouter.ForcedNone)
+	return nil
+}
 
 func (f *fakePrimary) BreakerStates(_ context.Context, names []string) (map[string]payrouter.SharedBreaker, error) {
 	if err := f.enter(); err != nil {
@@ -269,16 +209,31 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// changes records OnChange calls.
+// changes records OnChange calls, and what the primary held when the last OnChange(true) was
+// called: what a caller re-syncing its breakers from there would read.
 type changes struct {
-	mu  sync.Mutex
-	ups []bool
+	mu         sync.Mutex
+	ups        []bool
+	forcedAtUp map[string]payrouter.Forced
 }
 
-func (c *changes) record(up bool) {
+func (c *changes) record(up bool, primary *fakePrimary) {
+	var forced map[string]payrouter.Forced
+	if up {
+		forced = primary.forcedNow()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ups = append(c.ups, up)
+	if up {
+		c.forcedAtUp = forced
+	}
+}
+
+func (c *changes) forcedWhenUp() map[string]payrouter.Forced {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forcedAtUp
 }
 
 func (c *changes) get() []bool {
@@ -303,7 +258,7 @@ func start(t *testing.T, f *fakePrimary) *harness {
 		CheckDown:   checkDown,
 		CheckUp:     checkUp,
 		Log:         slog.New(slog.NewTextHandler(h.log, nil)),
-		OnChange:    h.changes.record,
+		OnChange:    func(up bool) { h.changes.record(up, f) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

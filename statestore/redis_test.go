@@ -3,8 +3,7 @@ package statestore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
+	"maps"
 	"testing"
 	"time"
 
@@ -14,16 +13,22 @@ import (
 )
 
 // TestRedisOutage is the incident with a real redis-server killed and started again (empty, as
-// after a crash without persistence): every call answers quickly while it is down, and what was
-// written meanwhile is in Redis once it is back.
+// after a crash without persistence): while it is down every call answers at once, the fleet's
+// calls with ErrDown and forced states from this instance's memory; once it is back the Store
+// comes up by itself, the forced state set meanwhile is in Redis, and the fleet's calls work.
 func TestRedisOutage(t *testing.T) {
+	const timeout = 100 * time.Millisecond
 	srv := redistest.Start(t)
-	rs, err := redisstore.Open(srv.URL(), redisstore.Options{Timeout: 100 * time.Millisecond})
+	rs, err := redisstore.Open(srv.URL(), redisstore.Options{Timeout: timeout, Prefix: "outage:"})
 	if err != nil {
 		t.Fatalf("redisstore.Open: %v", err)
 	}
-	skipIfTODO(t, rs)
-	s := New(rs, Options{Unavailable: redisstore.IsUnavailable, CheckDown: 20 * time.Millisecond, CheckUp: 50 * time.Millisecond})
+	var ups []bool
+	upCh := make(chan bool, 4)
+	s := New(rs, Options{
+		Unavailable: redisstore.IsUnavailable, CheckDown: 20 * time.Millisecond, CheckUp: 50 * time.Millisecond,
+		OnChange: func(up bool) { upCh <- up },
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -35,67 +40,71 @@ func TestRedisOutage(t *testing.T) {
 		<-done
 		s.Close()
 	})
-	mustSave(t, s, charge("ch_before", payrouter.StatusProcessing, base))
+	mustSetForced(t, s, "ding/charge", payrouter.ForcedClosed)
 
 	srv.Stop()
-	quick := func(what string, call func() error) {
-		t.Helper()
-		start := time.Now()
-		if err := call(); err != nil {
-			t.Fatalf("%s while Redis is down: %v", what, err)
-		}
-		if took := time.Since(start); took >= time.Second {
-			t.Fatalf("%s while Redis is down took %v, want well under a second", what, took)
-		}
+	// The first call to meet the outage costs at most the client's timeout; every later one
+	// nothing, since none waits on a Redis known to be down.
+	if _, _, err := s.ReportOutcomes(t.Context(), "paywell/charge", payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: time.Minute},
+		payrouter.BreakerReport{Failures: 1, TrailingFailures: 1}, "i1"); !errors.Is(err, ErrDown) {
+		t.Fatalf("ReportOutcomes meeting the outage = %v, want ErrDown", err)
 	}
-	quick("SaveCharge", func() error {
-		return s.SaveCharge(t.Context(), charge("ch_out", payrouter.StatusProcessing, base))
-	})
 	if s.Up() {
 		t.Fatal("up after a call to a dead Redis")
 	}
-	quick("Claim", func() error {
-		rec, err := s.Claim(t.Context(), "k-out", fpA, time.Minute)
-		if rec != nil {
-			return fmt.Errorf("replayed %+v for a new key", rec)
+	quick := func(what string, call func() error) {
+		t.Helper()
+		start := time.Now()
+		err := call()
+		if took := time.Since(start); took >= timeout {
+			t.Fatalf("%s while Redis is known to be down took %v, want no wait on it (its timeout is %v)", what, took, timeout)
+		}
+		if err != nil {
+			t.Fatalf("%s while Redis is down: %v", what, err)
+		}
+	}
+	quick("SetForced", func() error { return s.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen) })
+	quick("ForcedStates", func() error {
+		got, err := s.ForcedStates(t.Context())
+		if want := map[string]payrouter.Forced{"ding/charge": payrouter.ForcedClosed, "paywell/charge": payrouter.ForcedOpen}; err == nil && !maps.Equal(got, want) {
+			t.Errorf("ForcedStates while Redis is down = %v, want %v", got, want)
 		}
 		return err
 	})
-	quick("Complete", func() error { return s.Complete(t.Context(), "k-out", record(fpA, 201, "out"), time.Hour) })
-	quick("Charge", func() error { _, err := s.Charge(t.Context(), "ch_out"); return err })
-	if err := s.Ping(t.Context()); !errors.Is(err, ErrDown) {
-		t.Fatalf("Ping while Redis is down = %v, want ErrDown", err)
-	}
+	quick("HoldLease", func() error {
+		if _, err := s.HoldLease(t.Context(), "probe/paywell", "i1", time.Minute); !errors.Is(err, ErrDown) {
+			t.Errorf("HoldLease while Redis is down = %v, want ErrDown", err)
+		}
+		return nil
+	})
+	quick("Ping", func() error {
+		if err := s.Ping(t.Context()); !errors.Is(err, ErrDown) {
+			t.Errorf("Ping while Redis is down = %v, want ErrDown", err)
+		}
+		return nil
+	})
 
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "Up after Redis restarts", s.Up)
-	wantCharge(t, rs, "ch_out", payrouter.StatusProcessing)
-	wantReplay(t, rs, "k-out", fpA, record(fpA, 201, "out"))
-	wantReplay(t, s, "k-out", fpA, record(fpA, 201, "out"))
-}
-
-// skipIfTODO skips the test while redisstore's store methods are still stubs that panic with
-// "TODO" (it is being written alongside this package); once they are implemented the test runs.
-func skipIfTODO(t *testing.T, rs *redisstore.Store) {
-	t.Helper()
-	var todo any
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if !strings.Contains(fmt.Sprint(r), "TODO") {
-					panic(r)
-				}
-				todo = r
-			}
-		}()
-		ctx := t.Context()
-		_, _ = rs.Charge(ctx, "ch_probe")
-		_, _ = rs.Claim(ctx, "k-probe", fpA, time.Second)
-		_ = rs.Release(ctx, "k-probe")
-	}()
-	if todo != nil {
-		t.Skipf("redisstore's store methods still panic with %q: not implemented yet", todo)
+	for len(ups) < 2 {
+		select {
+		case up := <-upCh:
+			ups = append(ups, up)
+		case <-time.After(deadline):
+			t.Fatalf("OnChange calls = %v, want [false true]", ups)
+		}
+	}
+	if ups[0] || !ups[1] {
+		t.Fatalf("OnChange calls = %v, want [false true]", ups)
+	}
+	// Redis came back empty: what it knows now is what this instance pushed, and nothing older.
+	got, err := rs.ForcedStates(t.Context())
+	if want := map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen}; err != nil || !maps.Equal(got, want) {
+		t.Fatalf("Redis's forced states after the re-sync = %v, %v; want %v", got, err, want)
+	}
+	if held, err := s.HoldLease(t.Context(), "probe/paywell", "i1", time.Minute); err != nil || !held {
+		t.Fatalf("HoldLease after Redis returned = %v, %v; want held", held, err)
 	}
 }

@@ -12,80 +12,31 @@ import (
 	"github.com/payrouter/payrouter/storetest"
 )
 
-// TestStoreSuite: while the shared store is up the wrapper keeps every store semantic.
-func TestStoreSuite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) payrouter.Store {
-		h := start(t, newFake())
-		t.Cleanup(func() { h.Close() })
-		return h
+// TestBreakerStateSuite: forced states through a Store behave as every
+// payrouter.BreakerStateStore must, whether the coordination store is up (passed through) or
+// down (served from this instance's memory).
+func TestBreakerStateSuite(t *testing.T) {
+	t.Run("up", func(t *testing.T) {
+		storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
+			h := start(t, newFake())
+			t.Cleanup(func() { h.Close() })
+			return h
+		})
 	})
-}
-
-var base = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-
-const (
-	fpA = "sha256:aaaa"
-	fpB = "sha256:bbbb"
-)
-
-func charge(id string, status payrouter.ChargeStatus, created time.Time) *payrouter.Charge {
-	return &payrouter.Charge{ID: id, Status: status, Amount: 1999, Currency: "USD", CreatedAt: created}
-}
-
-func record(fp string, status int, body string) payrouter.IdempotencyRecord {
-	return payrouter.IdempotencyRecord{Fingerprint: fp, Status: status, Body: []byte(body), CreatedAt: base}
-}
-
-func mustSave(t *testing.T, s payrouter.ChargeStore, c *payrouter.Charge) {
-	t.Helper()
-	if err := s.SaveCharge(t.Context(), c); err != nil {
-		t.Fatalf("SaveCharge(%s): %v", c.ID, err)
-	}
-}
-
-func wantCharge(t *testing.T, s payrouter.ChargeStore, id string, status payrouter.ChargeStatus) {
-	t.Helper()
-	c, err := s.Charge(t.Context(), id)
-	if err != nil {
-		t.Fatalf("Charge(%s): %v", id, err)
-	}
-	if c.Status != status {
-		t.Fatalf("Charge(%s).Status = %s, want %s", id, c.Status, status)
-	}
-}
-
-func mustClaimNew(t *testing.T, s payrouter.IdempotencyStore, key, fp string) {
-	t.Helper()
-	rec, err := s.Claim(t.Context(), key, fp, time.Hour)
-	if rec != nil || err != nil {
-		t.Fatalf("Claim(%s) = %+v, %v; want a new claim", key, rec, err)
-	}
-}
-
-func mustComplete(t *testing.T, s payrouter.IdempotencyStore, key string, rec payrouter.IdempotencyRecord) {
-	t.Helper()
-	if err := s.Complete(t.Context(), key, rec, time.Hour); err != nil {
-		t.Fatalf("Complete(%s): %v", key, err)
-	}
-}
-
-func wantReplay(t *testing.T, s payrouter.IdempotencyStore, key, fp string, want payrouter.IdempotencyRecord) {
-	t.Helper()
-	rec, err := s.Claim(t.Context(), key, fp, time.Hour)
-	if err != nil {
-		t.Fatalf("Claim(%s) = %v, want a replay of %q", key, err, want.Body)
-	}
-	if rec == nil || rec.Status != want.Status || string(rec.Body) != string(want.Body) {
-		t.Fatalf("Claim(%s) replayed %+v, want %q", key, rec, want.Body)
-	}
-}
-
-func wantClaimErr(t *testing.T, s payrouter.IdempotencyStore, key, fp string, want error) {
-	t.Helper()
-	rec, err := s.Claim(t.Context(), key, fp, time.Hour)
-	if !errors.Is(err, want) {
-		t.Fatalf("Claim(%s) = %+v, %v; want %v", key, rec, err, want)
-	}
+	t.Run("down", func(t *testing.T) {
+		storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
+			h := start(t, newFake())
+			h.goDown(t)
+			calls := h.fake.calls.Load()
+			t.Cleanup(func() {
+				if n := h.fake.calls.Load() - calls; n != 0 {
+					t.Errorf("the primary was called %d times while down, want never", n)
+				}
+				h.Close()
+			})
+			return h
+		})
+	})
 }
 
 func TestStartsUp(t *testing.T) {
@@ -101,39 +52,39 @@ func TestStartsUp(t *testing.T) {
 	}
 }
 
-// TestFirstFailedCallIsServedLocally: the call that meets the outage loses nothing, and many
-// calls meeting it at once make one down transition: one log line, one OnChange.
-func TestFirstFailedCallIsServedLocally(t *testing.T) {
+// TestOutageMetByManyCallsIsOneTransition: many calls meeting the outage at once each get
+// ErrDown and make one down transition: one log line, one OnChange.
+func TestOutageMetByManyCallsIsOneTransition(t *testing.T) {
 	h := start(t, newFake())
 	h.fake.down.Store(true)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 10)
-	for i := range 10 {
+	for range 10 {
 		wg.Go(func() {
-			c := charge("ch_"+string(rune('a'+i)), payrouter.StatusProcessing, base)
-			errs <- h.SaveCharge(t.Context(), c)
+			_, _, err := h.ReportOutcomes(t.Context(), "paywell/charge",
+				payrouter.BreakerRules{Cooldown: time.Second}, payrouter.BreakerReport{Failures: 1, TrailingFailures: 1}, "i1")
+			errs <- err
 		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Fatalf("SaveCharge meeting the outage: %v, want it served locally", err)
+		if !errors.Is(err, ErrDown) {
+			t.Fatalf("ReportOutcomes meeting the outage: %v, want ErrDown", err)
 		}
 	}
 	if h.Up() {
-		t.Fatal("Up() after a call failed with an unavailable error")
+		t.Fatal("Up() after calls failed with an unavailable error")
 	}
-	wantCharge(t, h, "ch_a", payrouter.StatusProcessing)
 	h.waitChanges(t, false)
 
 	log := h.log.String()
 	if n := logCount(log, "state_store.down"); n != 1 {
 		t.Fatalf("state_store.down logged %d times, want once; log:\n%s", n, log)
 	}
-	if !strings.Contains(log, "connection refused") {
-		t.Fatalf("state_store.down does not give the error; log:\n%s", log)
+	if !strings.Contains(log, "connection refused") || !strings.Contains(log, "own breakers") {
+		t.Fatalf("state_store.down does not give the error and what follows; log:\n%s", log)
 	}
 	since, reason, down := h.Down()
 	if !down || since.IsZero() || !errors.Is(reason, errRefused) {
@@ -141,24 +92,27 @@ func TestFirstFailedCallIsServedLocally(t *testing.T) {
 	}
 }
 
-// TestAnswersAboutDataAreNotOutages: ErrNotFound, a caller's mistake, and a caller whose own
-// context ended say nothing of the shared store's health.
-func TestAnswersAboutDataAreNotOutages(t *testing.T) {
+// TestCallerErrorsAreNotOutages: a caller's mistake, a refusal that is not the store being
+// unavailable, and a caller whose own context ended say nothing of the store's health.
+func TestCallerErrorsAreNotOutages(t *testing.T) {
 	h := start(t, newFake())
-	if _, err := h.Charge(t.Context(), "ch_missing"); !errors.Is(err, payrouter.ErrNotFound) {
-		t.Fatalf("Charge(ch_missing) = %v, want ErrNotFound", err)
+	if err := h.SetForced(t.Context(), "", payrouter.ForcedOpen); err == nil {
+		t.Fatal("SetForced with no breaker name succeeded")
 	}
-	if err := h.SaveCharge(t.Context(), &payrouter.Charge{}); err == nil {
-		t.Fatal("SaveCharge with no id succeeded")
+	refused := errors.New("ERR script refused")
+	h.fake.setFailForce("paywell/charge", refused)
+	if err := h.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen); !errors.Is(err, refused) {
+		t.Fatalf("SetForced refused by the primary = %v, want its error", err)
 	}
-	mustClaimNew(t, h, "k", fpA)
-	wantClaimErr(t, h, "k", fpA, payrouter.ErrInFlight)
+	if got, err := h.ForcedStates(t.Context()); err != nil || len(got) != 0 {
+		t.Fatalf("ForcedStates after a refused SetForced = %v, %v; want none", got, err)
+	}
 
 	h.fake.down.Store(true)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := h.SaveCharge(ctx, charge("ch_1", payrouter.StatusProcessing, base)); err == nil {
-		t.Fatal("SaveCharge with an ended context succeeded")
+	if _, err := h.BreakerStates(ctx, []string{"paywell/charge"}); err == nil || errors.Is(err, ErrDown) {
+		t.Fatalf("BreakerStates with an ended context = %v, want the primary's error, not ErrDown", err)
 	}
 	if !h.Up() {
 		t.Fatal("went down on a call whose caller had given up")
@@ -202,5 +156,15 @@ func TestRunReturnsWhenContextEnds(t *testing.T) {
 	case <-done:
 	case <-time.After(deadline):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+func TestCloseClosesThePrimary(t *testing.T) {
+	f := newFake()
+	if err := New(f, Options{}).Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !f.closed.Load() {
+		t.Fatal("Close left the primary's client open")
 	}
 }
