@@ -31,10 +31,21 @@ const (
 	// a capture, void or refund applied) and then never answers, like ModeHang: the gateway
 	// moved the money but its answer never arrives. Only a status look-up tells the caller.
 	ModeProcessThenHang Mode = "process_then_hang"
+	// ModeProcessThen503 processes the call exactly as ModeNormal does (recorded, a capture, void
+	// or refund applied) and then answers what a proxy in front of the gateway answers when the
+	// gateway's connection drops before its answer: 503, text/plain, EnvoyResetBody. The gateway
+	// moved the money; the caller sees a 503 that is not the gateway's own "not processed" form,
+	// which must never be read as one.
+	ModeProcessThen503 Mode = "process_then_503"
 )
 
+// EnvoyResetBody is what Envoy answers (503, text/plain) when the upstream's connection is reset
+// after the request was forwarded and before any answer header came back: ModeProcessThen503's
+// answer.
+const EnvoyResetBody = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+
 // Modes lists every mode, in the order error messages name them.
-var Modes = []Mode{ModeNormal, ModeUnavailable, ModeError500, ModeHang, ModeReset, ModeProcessThenHang}
+var Modes = []Mode{ModeNormal, ModeUnavailable, ModeError500, ModeHang, ModeReset, ModeProcessThenHang, ModeProcessThen503}
 
 // Valid reports whether m is one of Modes.
 func (m Mode) Valid() bool {
@@ -114,7 +125,7 @@ func ParseBehavior(r io.Reader) (Behavior, error) {
 	dec.DisallowUnknownFields()
 	var in behaviorJSON
 	if err := dec.Decode(&in); err != nil {
-		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s"}: %v`, err)
+		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang|process_then_503", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s"}: %v`, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Behavior{}, errors.New("behavior: unexpected data after the JSON object")

@@ -4,10 +4,13 @@
 // writes its own wire format: its API handlers are registered with Server.Handle, which applies the
 // mode, the counters and the latency around them.
 //
-// Besides the contract's modes, two behaviors serve chaos tests: process_then_hang, a gateway
+// Besides the contract's modes, three behaviors serve chaos tests: process_then_hang, a gateway
 // that moves the money and then never answers (the ledger has the charge, the caller only a
-// timeout), and a heavy tail, slow_share of the calls delayed by slow_latency on top of the
-// latency, recorded on arrival like any slow call.
+// timeout); process_then_503, a gateway that moves the money behind a proxy whose connection to
+// it drops before the answer, so that the caller gets the proxy's own 503 (text/plain, Envoy's
+// "upstream connect error or disconnect/reset before headers"), not the gateway's "not
+// processed" form; and a heavy tail, slow_share of the calls delayed by slow_latency on top of
+// the latency, recorded on arrival like any slow call.
 package sim
 
 import (
@@ -115,8 +118,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 // Handle registers one of the fake's API handlers under an http.ServeMux pattern
 // ("POST /v1/charges"). Every call is counted and goes through the mode: the handler runs only
-// in normal and process_then_hang modes, and its answer is held back for the latency (and the
-// slow latency, for a call in the heavy tail), or forever in process_then_hang.
+// in normal, process_then_hang and process_then_503 modes, and its answer is held back for the
+// latency (and the slow latency, for a call in the heavy tail), or forever in process_then_hang,
+// or replaced by a proxy's 503 in process_then_503.
 func (s *Server) Handle(pattern string, h http.HandlerFunc) {
 	s.mux.Handle(pattern, s.api(h))
 }
@@ -214,9 +218,14 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 		default:
 			h(rec, r) // records the transaction now, before the latency
 		}
-		if b.Mode == ModeProcessThenHang {
+		switch b.Mode {
+		case ModeProcessThenHang:
 			s.hang(r) // processed; the answer is dropped
 			return
+		case ModeProcessThen503:
+			// Processed; the gateway's answer never gets past the proxy, which makes up its own.
+			rec = &recorder{header: http.Header{}}
+			proxyReset(rec)
 		}
 		// The whole body must be read for the server to notice a client that goes away.
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -229,8 +238,9 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 
 // health is GET /health: what an out-of-band prober sees. It is not counted, but it behaves like
 // the gateway: slow with the latency, 503 while unavailable or failing, no answer while hung
-// (process_then_hang included), reset while resetting, so that a probe never reports healthy a
-// gateway its customers cannot use. The heavy tail is left out: it is a share of the API calls,
+// (process_then_hang included), reset while resetting, the proxy's 503 in process_then_503 (the
+// probe goes through the same proxy), so that a probe never reports healthy a gateway its
+// customers cannot use. The heavy tail is left out: it is a share of the API calls,
 // and a probe that drew it would only make a prober's verdict random.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	b := s.Behavior()
@@ -245,11 +255,24 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if !s.wait(r, b.Latency) {
 		panic(http.ErrAbortHandler)
 	}
-	if b.Mode == ModeUnavailable || b.Mode == ModeError500 {
+	switch b.Mode {
+	case ModeUnavailable, ModeError500:
 		WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "mode": string(b.Mode)})
+		return
+	case ModeProcessThen503:
+		proxyReset(w)
 		return
 	}
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// proxyReset writes what Envoy answers in a gateway's place when the gateway's connection drops
+// after the request was forwarded: 503, text/plain, EnvoyResetBody, and Envoy's Server header.
+func proxyReset(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.Header().Set("Server", "envoy")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, EnvoyResetBody)
 }
 
 // hang waits until the client goes away or the server closes, then drops the connection without

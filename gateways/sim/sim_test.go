@@ -31,6 +31,8 @@ func TestParseBehavior(t *testing.T) {
 		{`{}`, sim.Behavior{Mode: sim.ModeNormal}, ""},
 		{`{"mode":"unavailable","latency":""}`, sim.Behavior{Mode: sim.ModeUnavailable}, ""},
 		{`{"mode":"process_then_hang"}`, sim.Behavior{Mode: sim.ModeProcessThenHang}, ""},
+		{`{"mode":"process_then_503","latency":"5ms"}`, sim.Behavior{Mode: sim.ModeProcessThen503, Latency: 5 * time.Millisecond}, ""},
+		{`{"mode":"process_then_502"}`, sim.Behavior{}, `unknown mode "process_then_502": want one of [normal unavailable error500 hang reset process_then_hang process_then_503]`},
 		{`{"slow_share":0.02,"slow_latency":"2s"}`, sim.Behavior{Mode: sim.ModeNormal, SlowShare: 0.02, SlowLatency: 2 * time.Second}, ""},
 		{`{"mode":"reset","latency":"10ms","slow_share":1,"slow_latency":"1ms"}`, sim.Behavior{Mode: sim.ModeReset, Latency: 10 * time.Millisecond, SlowShare: 1, SlowLatency: time.Millisecond}, ""},
 		{`{"slow_share":0,"slow_latency":"3s"}`, sim.Behavior{Mode: sim.ModeNormal, SlowLatency: 3 * time.Second}, ""},
@@ -111,9 +113,10 @@ func fakeWith(t *testing.T, draw func() float64) (*sim.Server, string) {
 }
 
 type answer struct {
-	status int
-	body   string
-	err    error
+	status      int
+	contentType string
+	body        string
+	err         error
 }
 
 func call(ctx context.Context, method, url, body string) answer {
@@ -129,7 +132,7 @@ func call(ctx context.Context, method, url, body string) answer {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: string(b), err: err}
+	return answer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: string(b), err: err}
 }
 
 func within(t *testing.T, d time.Duration) context.Context {
@@ -163,6 +166,10 @@ func TestControlAPI(t *testing.T) {
 	}
 	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s"}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
+	}
+	a = call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_503"}`)
+	if a.status != 200 || s.Behavior() != (sim.Behavior{Mode: sim.ModeProcessThen503}) {
+		t.Fatalf("PUT /_sim/behavior process_then_503: %+v, behavior %+v", a, s.Behavior())
 	}
 	a = call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_hang","slow_share":0.02,"slow_latency":"2s"}`)
 	if a.status != 200 || !strings.Contains(a.body, `"mode":"process_then_hang"`) {
@@ -232,6 +239,7 @@ func TestModes(t *testing.T) {
 		{sim.ModeReset, 0, 0, false},
 		{sim.ModeHang, 0, 0, false},
 		{sim.ModeProcessThenHang, 0, 0, true},
+		{sim.ModeProcessThen503, 503, 503, true},
 	}
 	for _, c := range cases {
 		t.Run(string(c.mode), func(t *testing.T) {
@@ -244,6 +252,9 @@ func TestModes(t *testing.T) {
 			}
 			if c.mode == sim.ModeError500 && !strings.Contains(a.body, "Internal Server Error") {
 				t.Errorf("error500 body %q: want a plain 500", a.body)
+			}
+			if c.mode == sim.ModeProcessThen503 && (a.contentType != "text/plain" || a.body != sim.EnvoyResetBody) {
+				t.Errorf("process_then_503: %+v; want text/plain %q", a, sim.EnvoyResetBody)
 			}
 			h := call(within(t, 300*time.Millisecond), "GET", url+"/health", "")
 			if h.status != c.healthCode {
@@ -297,6 +308,60 @@ func TestProcessThenHang(t *testing.T) {
 	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
 	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r2&token=tok_visa", ""); a.status != 200 || !strings.Contains(a.body, `"status":"captured"`) {
 		t.Errorf("the unanswered charge sent again once normal: %+v, want its captured transaction", a)
+	}
+}
+
+// TestProcessThen503: the call is processed as in normal mode (a charge recorded, a refund
+// applied, a decline recorded as such) and then answered as a proxy whose connection to the
+// gateway dropped: 503, text/plain, Envoy's words, not the gateway's own answer. With a latency,
+// it is recorded on arrival and answered after it.
+func TestProcessThen503(t *testing.T) {
+	s, url := fake(t)
+	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
+		t.Fatalf("a charge in normal mode: %+v", a)
+	}
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503})
+	for _, c := range []struct{ what, path string }{
+		{"a charge", "/pay?ref=r2&token=tok_visa"},
+		{"a declined charge", "/pay?ref=r3&token=tok_decline"},
+		{"a refund", "/refund?ref=r1&op=op1"},
+		{"a refund that the gateway refuses", "/refund?ref=nowhere&op=op2"},
+	} {
+		a := call(within(t, 10*time.Second), "POST", url+c.path, "")
+		if a.err != nil || a.status != http.StatusServiceUnavailable || a.contentType != "text/plain" || a.body != sim.EnvoyResetBody {
+			t.Errorf("%s in process_then_503: %+v, want 503 text/plain %q", c.what, a, sim.EnvoyResetBody)
+		}
+	}
+	want := []sim.Tx{
+		{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
+		{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
+	}
+	got := s.Ledger().Transactions()
+	if len(got) != len(want) {
+		t.Fatalf("ledger after a charge, a decline and a refund answered 503: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		got[i].Fingerprint, got[i].DeclineCode = "", ""
+		if got[i] != want[i] {
+			t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if tx, ok := s.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
+		t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
+	}
+	if got := s.Stats(); got.Requests != 5 || got.InFlight != 0 {
+		t.Errorf("stats %+v: want 5 requests, none in flight", got)
+	}
+
+	const latency = 100 * time.Millisecond
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503, Latency: latency})
+	done := make(chan answer, 1)
+	began := time.Now()
+	go func() { done <- call(within(t, 10*time.Second), "POST", url+"/pay?ref=r4&token=tok_visa", "") }()
+	eventually(t, "the slow charge is recorded on arrival", func() bool { _, ok := s.Ledger().Lookup("r4"); return ok })
+	a := <-done
+	if took := time.Since(began); a.status != http.StatusServiceUnavailable || took < latency {
+		t.Errorf("a slow call in process_then_503: %+v after %v; want 503 after at least %v", a, took, latency)
 	}
 }
 
