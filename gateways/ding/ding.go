@@ -9,13 +9,21 @@
 //	ResultCode 1, ProcessingState Completed       succeeded (State from SettlementState)
 //	ResultCode 1, Submitted or Processing         pending
 //	ProviderRefusedRequest, or Failed             declined, the reason as decline code
-//	ProviderUnavailable, RateLimited              unavailable: not submitted, retry later
+//	ProviderUnavailable, RateLimited              unavailable: not submitted, retry later; only in
+//	                                              Ding's own form (below), else unknown
 //	ProviderTimedOut, ProviderError, ...Unknown   unknown: the provider may have acted
 //	RepeatedDistributorRef                        the existing transfer's state if the answer has it, else unknown
 //	InvalidParameter and other request codes      error
-//	HTTP 429, 503                                 unavailable
-//	HTTP 4xx                                      error
-//	HTTP 500 and other 5xx, an unreadable body    unknown
+//	HTTP 429, 503, 500 and other 5xx              unknown: not Ding's answer (a proxy's page, an empty body)
+//	HTTP 3xx                                      unknown: Ding never redirects
+//	other HTTP 4xx                                error
+//	an unreadable body                            unknown
+//	an answer cut at MaxBody                      unknown (gatewayhttp.Account.Exchange)
+//
+// Ding's own "not submitted, retry later" form is HTTP 200, application/json, ResultCode 2 and
+// only ProviderUnavailable or RateLimited codes, with no transfer in it. Nothing else is
+// unavailable: that outcome sends the charge to another gateway with no look-up, so it must
+// never be given to what a proxy in front of Ding answers after forwarding a transfer.
 package ding
 
 import (
@@ -149,7 +157,9 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 	// Ding spells its header in lower case with an underscore; set it as is rather than in
 	// Go's canonical form.
 	req.Header["api_key"] = []string{c.APIKey}
-	return c.Exchange("ding", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
+	return c.Exchange("ding", req, func(status int, contentType string, body []byte) payrouter.Result {
+		return resultOf(op, status, contentType, body)
+	}, tokens...)
 }
 
 // detail trims a gateway-provided text for Result.Detail.

@@ -73,24 +73,28 @@ var settlementStates = map[string]payrouter.TxState{
 
 // resultOf maps one of Ding's answers to an operation to a Result: the one place where Ding's
 // wire answers become outcomes (the table is in the package doc).
-func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result {
+func resultOf(op payrouter.Operation, status int, contentType string, body []byte) payrouter.Result {
 	switch {
 	case status == http.StatusOK:
-	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-		return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: detail("HTTP %d: not processed, retry later", status)}
-	case status >= 400 && status <= 499:
+	case status >= 300 && status <= 399:
+		// Ding never redirects: a 3xx is not its answer, and says nothing of what became of the
+		// request.
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d: a redirect, not Ding's answer: it may have been processed", status)}
+	case status >= 400 && status <= 499 && status != http.StatusTooManyRequests:
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: detail("HTTP %d: request refused", status)}
 	default:
-		// Ding answers 200 to everything it handled: anything else came from a failure on the
-		// way, before or after the transfer was made.
-		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d: may have been processed", status)}
+		// Ding answers 200 to everything it handled, its own "not submitted, retry later"
+		// included: anything else came from something on the way (a proxy's 503 when Ding's
+		// connection dropped, a rate limiter's 429), before or after the transfer was made.
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown,
+			Detail: detail("HTTP %d (%s), not Ding's answer: it may have been processed", status, gatewayhttp.MediaType(contentType))}
 	}
 	var e envelope
 	if err := json.Unmarshal(body, &e); err != nil {
-		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("unreadable %s answer (%v): it may have been processed", op, err)}
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d with an unreadable %s answer (%v): it may have been processed", status, op, err)}
 	}
 	if len(e.ErrorCodes) > 0 || e.ResultCode != 1 {
-		return failureOf(op, e)
+		return failureOf(op, contentType, e)
 	}
 	if op == payrouter.OpStatus {
 		if len(e.Items) == 0 {
@@ -104,8 +108,9 @@ func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result 
 	return recordOf(op, *e.TransferRecord)
 }
 
-// failureOf maps an answer with ErrorCodes (or a ResultCode other than 1) by its first code.
-func failureOf(op payrouter.Operation, e envelope) payrouter.Result {
+// failureOf maps an HTTP 200 answer with ErrorCodes (or a ResultCode other than 1) by its first
+// code.
+func failureOf(op payrouter.Operation, contentType string, e envelope) payrouter.Result {
 	if len(e.ErrorCodes) == 0 {
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("ResultCode %d without ErrorCodes: it may have been processed", e.ResultCode)}
 	}
@@ -113,6 +118,10 @@ func failureOf(op payrouter.Operation, e envelope) payrouter.Result {
 	d := detail("ResultCode %d, %s (%s)", e.ResultCode, ec.Code, ec.Context)
 	switch codeKinds[ec.Code] {
 	case kindUnavailable:
+		if !notSubmitted(contentType, e) {
+			return payrouter.Result{Outcome: payrouter.OutcomeUnknown,
+				Detail: d + ": not in Ding's own not-submitted form (" + gatewayhttp.MediaType(contentType) + "): it may have been processed"}
+		}
 		return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: d + ": not submitted, retry later"}
 	case kindDeclined:
 		if op != payrouter.OpCharge {
@@ -143,6 +152,24 @@ func failureOf(op payrouter.Operation, e envelope) payrouter.Result {
 		// transfer may have been made.
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: d + ": it may have been processed"}
 	}
+}
+
+// notSubmitted reports whether an answer whose first code is ProviderUnavailable or RateLimited
+// is wholly Ding's own "not submitted, retry later" form (dingsim's ModeUnavailable), the only
+// answer that lets a charge go to another gateway without a look-up: served as JSON, ResultCode
+// 2 (failure), every error code one of those two, and no transfer in it. An answer that also
+// carries a TransferRecord, an Item, a success ResultCode or another code contradicts itself:
+// a transfer may exist.
+func notSubmitted(contentType string, e envelope) bool {
+	if !gatewayhttp.IsJSON(contentType) || e.ResultCode != 2 || e.TransferRecord != nil || len(e.Items) > 0 {
+		return false
+	}
+	for _, ec := range e.ErrorCodes {
+		if codeKinds[ec.Code] != kindUnavailable {
+			return false
+		}
+	}
+	return true
 }
 
 // recordOf maps the TransferRecord of a successful SendTransfer or operation.

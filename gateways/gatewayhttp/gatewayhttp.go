@@ -2,7 +2,9 @@
 // made and where transport failures become outcomes: what failed before the request could reach
 // the gateway is unavailable (safe to send elsewhere); what failed after it may have reached it is
 // timeout or unknown (a status look-up must say whether it was processed). Every adapter uses it,
-// so the three gateways cannot disagree about what a reset or a deadline means.
+// so the three gateways cannot disagree about what a reset or a deadline means. A complete answer
+// is the adapter's to map (Parse), with one exception made here for all of them: an answer cut at
+// MaxBody is unknown.
 package gatewayhttp
 
 import (
@@ -12,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -220,19 +223,59 @@ func (a Account) NewJSONRequest(ctx context.Context, path string, body any) (*ht
 	return req, nil
 }
 
+// Parse is an adapter's one mapping from a gateway's answer to a Result: the HTTP status, the
+// answer's Content-Type header as sent (a gateway's own "not processed" form is recognised by
+// its media type as well as its body: a proxy's error page is not JSON) and the body.
+type Parse func(status int, contentType string, body []byte) payrouter.Result
+
 // Exchange sends req through the account's client and maps the answer with parse. What comes
 // back is masked (Redact: the API key, and tokens, the card tokens the request carries): the
 // answer's body before parse, so that no cut leaves part of a secret, and the Result after, as
 // gateways quote what they were sent in their error texts. A transport failure is ResultOf's,
-// its Detail prefixed with the gateway's kind.
-func (a Account) Exchange(kind string, req *http.Request, parse func(status int, body []byte) payrouter.Result, tokens ...string) payrouter.Result {
+// its Detail prefixed with the gateway's kind. An answer longer than MaxBody is unknown without
+// being parsed: no gateway's own answer is that long, and what its unread rest said is lost, so
+// a cut that happened to parse (trailing padding) must not pass for the gateway's own form.
+func (a Account) Exchange(kind string, req *http.Request, parse Parse, tokens ...string) payrouter.Result {
 	ans, err := Do(a.HTTP, req)
 	if err != nil {
 		r := ResultOf(err)
 		r.Detail = kind + ": " + r.Detail
 		return a.Redact(r, tokens...)
 	}
-	return a.Redact(parse(ans.Status, a.RedactBody(ans.Body, tokens...)), tokens...)
+	if ans.Truncated {
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown,
+			Detail: fmt.Sprintf("%s: HTTP %d with an answer longer than %d bytes, not read: it may have been processed", kind, ans.Status, MaxBody)}
+	}
+	return a.Redact(parse(ans.Status, ans.Header.Get("Content-Type"), a.RedactBody(ans.Body, tokens...)), tokens...)
+}
+
+// IsJSON reports whether a Content-Type header names JSON (application/json, with or without
+// parameters such as charset). Every gateway's own "not processed, retry later" form is JSON;
+// the answers a proxy makes up in a gateway's place (Envoy's text/plain "upstream connect
+// error", nginx's HTML "502 Bad Gateway") are not, and may follow a forwarded request.
+func IsJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
+// maxMediaType bounds the media type quoted in a Detail: it comes from whatever answered.
+const maxMediaType = 64
+
+// MediaType names an answer's Content-Type for a Result.Detail: its media type ("text/plain"),
+// "no Content-Type" or "an unreadable Content-Type". Parameters are left out and the result is
+// bounded, as it comes from whatever answered in the gateway's place.
+func MediaType(contentType string) string {
+	if strings.TrimSpace(contentType) == "" {
+		return "no Content-Type"
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return "an unreadable Content-Type"
+	}
+	if len(mt) > maxMediaType {
+		mt = mt[:maxMediaType] + "..."
+	}
+	return mt
 }
 
 // URL is the address of an API path (which starts with "/") of the account.

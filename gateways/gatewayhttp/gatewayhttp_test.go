@@ -266,6 +266,75 @@ func TestDoReadsAnswers(t *testing.T) {
 	}
 }
 
+// TestExchange: the mapping gets the status, the Content-Type as sent and the body; an answer
+// cut at MaxBody never reaches it, even one whose cut would parse (JSON padded with spaces), as
+// a gateway's own "not processed" form padded by something on the way would.
+func TestExchange(t *testing.T) {
+	const form = `{"error":{"type":"api_error","code":"service_unavailable"}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		body := form
+		if r.URL.Path == "/padded" {
+			body += strings.Repeat(" ", MaxBody)
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	acct := Account{APIKey: "k-0123456789", HTTP: freshClient(t)}
+	for _, c := range []struct {
+		path   string
+		called bool
+		want   payrouter.Outcome
+	}{
+		{"/", true, payrouter.OutcomeUnavailable},
+		{"/padded", false, payrouter.OutcomeUnknown},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+c.path, nil)
+		called := false
+		r := acct.Exchange("gw", req, func(status int, contentType string, body []byte) payrouter.Result {
+			called = true
+			if status != 503 || contentType != "application/json; charset=utf-8" || string(body) != form {
+				t.Errorf("%s: parse(%d, %q, %q)", c.path, status, contentType, body)
+			}
+			return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: "gw: not processed"}
+		})
+		if called != c.called || r.Outcome != c.want || !strings.HasPrefix(r.Detail, "gw: ") {
+			t.Errorf("Exchange(%s) = %+v, parse called %v; want %s, parse called %v", c.path, r, called, c.want, c.called)
+		}
+	}
+}
+
+func TestIsJSONAndMediaType(t *testing.T) {
+	cases := []struct {
+		ct     string
+		isJSON bool
+		media  string
+	}{
+		{"application/json", true, "application/json"},
+		{"application/json; charset=utf-8", true, "application/json"},
+		{"Application/JSON", true, "application/json"},
+		{"text/plain", false, "text/plain"},
+		{"text/html; charset=utf-8", false, "text/html"},
+		{"application/problem+json", false, "application/problem+json"},
+		{"application/jsonx", false, "application/jsonx"},
+		{"", false, "no Content-Type"},
+		{"   ", false, "no Content-Type"},
+		{"application/json; charset", false, "an unreadable Content-Type"},
+		{"json", false, "json"},
+		{"application/json;;", false, "an unreadable Content-Type"},
+		{"application/" + strings.Repeat("x", 100), false, "application/" + strings.Repeat("x", 52) + "..."},
+	}
+	for _, c := range cases {
+		if got := IsJSON(c.ct); got != c.isJSON {
+			t.Errorf("IsJSON(%q) = %v, want %v", c.ct, got, c.isJSON)
+		}
+		if got := MediaType(c.ct); got != c.media {
+			t.Errorf("MediaType(%q) = %q, want %q", c.ct, got, c.media)
+		}
+	}
+}
+
 func TestCheckHealth(t *testing.T) {
 	status := http.StatusOK
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))

@@ -6,11 +6,21 @@
 //
 //	2xx with a charge, refund or list   succeeded (a charge with status failed: declined; pending: pending)
 //	402 card_error                      declined, decline_code
-//	429, 503                            unavailable: Paywell did not process it, retry later
+//	503 api_error service_unavailable   unavailable: Paywell did not process it, retry later
+//	429 rate_limit_error                unavailable: refused before processing, retry later
+//	any other 429 or 503                unknown: a proxy's page, a text/plain or empty body, or JSON
+//	                                    that is not one of the two forms above
 //	409                                 unknown: a request with the same key is still being processed
 //	other 4xx (invalid_request_error)   error: our request was malformed
 //	500 and other 5xx                   unknown: Stripe's guidance, a 500 is indeterminate
+//	3xx                                 unknown: Paywell never redirects; it is not its answer
 //	a 2xx that cannot be read           unknown: we cannot tell whether it charged
+//	an answer cut at MaxBody            unknown (gatewayhttp.Account.Exchange)
+//
+// The two unavailable forms are recognised exactly (served as application/json, the error
+// object parses, the type and code match, no charge named): unavailable sends the charge to
+// another gateway with no look-up, so it must never be given to what a proxy in front of
+// Paywell answers after forwarding a charge that Paywell then processed.
 package paywell
 
 import (
@@ -142,5 +152,7 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, method, path 
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	return c.Exchange("paywell", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
+	return c.Exchange("paywell", req, func(status int, contentType string, body []byte) payrouter.Result {
+		return resultOf(op, status, contentType, body)
+	}, tokens...)
 }

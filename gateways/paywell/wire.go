@@ -87,10 +87,14 @@ func (c charge) declineCode() string {
 
 // resultOf maps one of Paywell's answers to an operation to a Result: the one place where
 // Paywell's wire answers become outcomes (the table is in the package doc).
-func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result {
+func resultOf(op payrouter.Operation, status int, contentType string, body []byte) payrouter.Result {
 	switch {
 	case status >= 200 && status <= 299:
 		return successOf(op, status, body)
+	case status >= 300 && status <= 399:
+		// Paywell never redirects: a 3xx is not its answer, and says nothing of what became of
+		// the request.
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: describe(status, apiError{}) + ": a redirect, not Paywell's answer: it may have been processed"}
 	case status == http.StatusPaymentRequired:
 		e := parseError(body)
 		if op != payrouter.OpCharge {
@@ -107,7 +111,15 @@ func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result 
 		return payrouter.Result{Outcome: payrouter.OutcomeDeclined, GatewayReference: e.Error.Charge,
 			State: payrouter.TxDeclined, DeclineCode: code, Detail: describe(status, e)}
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-		return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: describe(status, parseError(body)) + ": not processed, retry later"}
+		if e, ok := notProcessed(status, contentType, body); ok {
+			return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: describe(status, e) + ": not processed, retry later"}
+		}
+		// A proxy in front of Paywell answers 503 when Paywell's connection drops after the
+		// request was forwarded (Envoy's "upstream connect error or disconnect/reset before
+		// headers"), and a rate limiter may sit behind the point where a request is relayed:
+		// only Paywell's own form says that Paywell did not process it.
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown,
+			Detail: describe(status, parseError(body)) + " (" + gatewayhttp.MediaType(contentType) + "), not Paywell's own not-processed answer: it may have been processed"}
 	case status == http.StatusConflict:
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: describe(status, parseError(body)) + ": another request with this Idempotency-Key is in progress"}
 	case status >= 400 && status <= 499:
@@ -194,6 +206,30 @@ func successOf(op payrouter.Operation, status int, body []byte) payrouter.Result
 		}
 		return r
 	}
+}
+
+// notProcessed reports whether an answer is one of Paywell's own "not processed, retry later"
+// forms, the only answers that let a charge go to another gateway without a look-up: served as
+// JSON, one error object, and either 503 with type api_error and code service_unavailable (what
+// Paywell answers while it cannot take requests; paywellsim's ModeUnavailable) or 429 with type
+// rate_limit_error (Stripe's rate limit, refused before processing). An error naming a charge
+// is not one: the charge exists. Anything else with 429 or 503 may come from something in
+// front of Paywell after it processed the request.
+func notProcessed(status int, contentType string, body []byte) (apiError, bool) {
+	if !gatewayhttp.IsJSON(contentType) {
+		return apiError{}, false
+	}
+	var e apiError
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Charge != "" {
+		return apiError{}, false
+	}
+	switch status {
+	case http.StatusServiceUnavailable:
+		return e, e.Error.Type == "api_error" && e.Error.Code == "service_unavailable"
+	case http.StatusTooManyRequests:
+		return e, e.Error.Type == "rate_limit_error"
+	}
+	return apiError{}, false
 }
 
 // parseError reads an error answer as far as it can; a body that is not an error object leaves

@@ -4,15 +4,25 @@
 //
 // Tranglo's answers, and the outcomes they map to (resultOf):
 //
-//	000                 succeeded (State from transStatus)
-//	101-108 (HTTP 403)  declined, the code named as decline code (103: do_not_honor)
-//	968                 pending
-//	967                 unknown: a suspected transaction, its outcome unknown; never retry it
-//	302, 999 (HTTP 500) unknown: a server error after the request arrived
-//	960 (HTTP 503)      unavailable: not processed, try later
-//	120                 a status look-up: TxNotFound; anything else: error
-//	2xx codes           error: our request was refused (parameters, state, amount, transID reuse)
-//	no readable code    by HTTP status: 429/503 unavailable, other 4xx error, the rest unknown
+//	000                       succeeded (State from transStatus)
+//	101-108 (HTTP 403)        declined, the code named as decline code (103: do_not_honor)
+//	968                       pending
+//	967                       unknown: a suspected transaction, its outcome unknown; never retry it
+//	302, 999 (HTTP 500)       unknown: a server error after the request arrived
+//	960 (HTTP 503)            unavailable: not processed, try later; only in Tranglo's own form (below),
+//	                          else unknown
+//	120                       a status look-up: TxNotFound; anything else: error
+//	2xx codes                 error: our request was refused (parameters, state, amount, transID reuse)
+//	other codes               by HTTP status: a 4xx but 429 error, the rest (429, 503 included) unknown
+//	no readable code          by HTTP status: a 4xx but 429 error, the rest unknown (429, 503, 5xx: a
+//	                          proxy's page, a text/plain or empty body)
+//	HTTP 3xx                  unknown, whatever the body: Tranglo never redirects
+//	an answer cut at MaxBody  unknown (gatewayhttp.Account.Exchange)
+//
+// Tranglo's own "not processed, try later" form is HTTP 503, application/json, responseCode
+// 960 and no transaction in it (no gloRefNo, no transStatus). Nothing else is unavailable: that
+// outcome sends the charge to another gateway with no look-up, so it must never be given to
+// what a proxy in front of Tranglo answers after forwarding a payment.
 package tranglo
 
 import (
@@ -129,7 +139,9 @@ func (c *Client) call(ctx context.Context, op payrouter.Operation, path string, 
 		return c.Redact(payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "tranglo: " + err.Error()}, tokens...)
 	}
 	req.Header.Set("X-Api-Key", c.APIKey)
-	return c.Exchange("tranglo", req, func(status int, body []byte) payrouter.Result { return resultOf(op, status, body) }, tokens...)
+	return c.Exchange("tranglo", req, func(status int, contentType string, body []byte) payrouter.Result {
+		return resultOf(op, status, contentType, body)
+	}, tokens...)
 }
 
 // detail builds a Result.Detail, bounded and valid UTF-8 whatever the gateway sent.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
 // answer is the part of every Tranglo answer payrouter reads.
@@ -41,8 +42,13 @@ var transStatuses = map[string]payrouter.TxState{
 
 // resultOf maps one of Tranglo's answers to an operation to a Result: the one place where
 // Tranglo's wire answers become outcomes (the table is in the package doc). The responseCode
-// decides; the HTTP status only when there is no readable code.
-func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result {
+// decides; the HTTP status only when there is no readable code, and a redirect before either.
+func resultOf(op payrouter.Operation, status int, contentType string, body []byte) payrouter.Result {
+	if status >= 300 && status <= 399 {
+		// Tranglo never redirects: a 3xx is not its answer, whatever its body holds, and says
+		// nothing of what became of the request.
+		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d: a redirect, not Tranglo's answer: it may have been processed", status)}
+	}
 	var a answer
 	if err := json.Unmarshal(body, &a); err != nil || a.ResponseCode == "" {
 		why := "no responseCode"
@@ -50,12 +56,14 @@ func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result 
 			why = err.Error()
 		}
 		switch {
-		case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
-			return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: detail("HTTP %d: not processed, try later", status)}
-		case status >= 400 && status <= 499:
+		case status >= 400 && status <= 499 && status != http.StatusTooManyRequests:
 			return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: detail("HTTP %d: request refused (%s)", status, why)}
 		default:
-			return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d with an unreadable %s answer (%s): it may have been processed", status, op, why)}
+			// A 429 or 503 without a code is not Tranglo's "not processed" (that is 960): a
+			// proxy in front of it answers so when Tranglo's connection drops after the request
+			// was forwarded.
+			return payrouter.Result{Outcome: payrouter.OutcomeUnknown,
+				Detail: detail("HTTP %d with an unreadable %s answer (%s, %s): it may have been processed", status, op, gatewayhttp.MediaType(contentType), why)}
 		}
 	}
 	code := a.ResponseCode
@@ -74,6 +82,10 @@ func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result 
 	case "967":
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, GatewayReference: a.GloRefNo, Detail: d + ": suspected transaction, outcome unknown; never retry it"}
 	case "960":
+		if !notProcessed(status, contentType, a) {
+			return payrouter.Result{Outcome: payrouter.OutcomeUnknown, GatewayReference: a.GloRefNo,
+				Detail: d + ": not in Tranglo's own not-processed form (HTTP 503, " + gatewayhttp.MediaType(contentType) + "): it may have been processed"}
+		}
 		return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: d + ": not processed, try later"}
 	case "302", "999":
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, GatewayReference: a.GloRefNo, Detail: d + ": server error, it may have been processed"}
@@ -86,13 +98,19 @@ func resultOf(op payrouter.Operation, status int, body []byte) payrouter.Result 
 	switch {
 	case len(code) == 3 && code[0] == '2':
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: d}
-	case status == http.StatusServiceUnavailable:
-		return payrouter.Result{Outcome: payrouter.OutcomeUnavailable, Detail: d + ": not processed, try later"}
-	case status >= 400 && status <= 499:
+	case status >= 400 && status <= 499 && status != http.StatusTooManyRequests:
 		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: d}
 	default:
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, GatewayReference: a.GloRefNo, Detail: d + ": unrecognised code, it may have been processed"}
 	}
+}
+
+// notProcessed reports whether a 960 answer is Tranglo's own "not processed, try later" form
+// (tranglosim's ModeUnavailable), the only answer that lets a charge go to another gateway
+// without a look-up: HTTP 503, served as JSON, and no transaction in it (a gloRefNo or a
+// transStatus would say that Tranglo made one).
+func notProcessed(status int, contentType string, a answer) bool {
+	return status == http.StatusServiceUnavailable && gatewayhttp.IsJSON(contentType) && a.GloRefNo == "" && a.TransStatus == ""
 }
 
 // approvedOf maps a 000 answer by the transaction's status.
