@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/gateways/sim"
 )
 
@@ -67,11 +69,15 @@ func Run(t *testing.T, a Adapter) {
 		{"latency/answer_within_deadline", testLatencyWithinDeadline},
 		{"latency/timeout_but_recorded", testLatencyTimeout},
 		{"unavailable", testUnavailable},
+		{"unavailable/form_altered_on_the_way", testUnavailableAltered},
 		{"error500", testError500},
 		{"hang", testHang},
 		{"reset", testReset},
+		{"process_then_503", testProcessThen503},
 		{"closed_port", testClosedPort},
 		{"unreadable_answer", testUnreadableAnswer},
+		{"foreign_answers", testForeignAnswers},
+		{"redirect", testRedirect},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -400,7 +406,7 @@ func testHealth(t *testing.T, e *env) {
 	if err := e.gw.Health(e.ctx(short)); err == nil {
 		t.Errorf("%s: health with %v latency and a %v deadline: no error", e.adapter.Name, latency, short)
 	}
-	for _, m := range []sim.Mode{sim.ModeUnavailable, sim.ModeError500, sim.ModeHang, sim.ModeReset} {
+	for _, m := range []sim.Mode{sim.ModeUnavailable, sim.ModeError500, sim.ModeHang, sim.ModeReset, sim.ModeProcessThen503} {
 		e.behave(m, 0, false)
 		if err := e.gw.Health(e.ctx(short)); err == nil {
 			t.Errorf("%s: health in mode %s: no error", e.adapter.Name, m)
@@ -485,6 +491,59 @@ func testUnavailable(t *testing.T, e *env) {
 	}
 }
 
+// testUnavailableAltered: the gateway's own not-processed answer, changed by something between
+// it and payrouter, is no longer proof that nothing was processed: re-served as text/plain, or
+// padded beyond gatewayhttp.MaxBody (the cut would still parse, as JSON allows trailing
+// spaces), it is unknown. Passed through untouched it stays unavailable.
+func testUnavailableAltered(t *testing.T, e *env) {
+	e.behave(sim.ModeUnavailable, 0, false)
+	var alter atomic.Value // func(http.Header, []byte) []byte
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		e.sim.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if f, _ := alter.Load().(func(http.Header, []byte) []byte); f != nil {
+			body = f(rec.Header(), body)
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(front.Close)
+	raw, err := e.adapter.NewClient(front.URL, newClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := checked{raw, t, e.adapter.Name}
+	cases := []struct {
+		what  string
+		alter func(http.Header, []byte) []byte
+		want  payrouter.Outcome
+	}{
+		{"passed through untouched", func(_ http.Header, b []byte) []byte { return b }, payrouter.OutcomeUnavailable},
+		{"re-served as text/plain", func(h http.Header, b []byte) []byte {
+			h.Set("Content-Type", "text/plain; charset=utf-8")
+			return b
+		}, payrouter.OutcomeUnknown},
+		{"with its Content-Type dropped", func(h http.Header, b []byte) []byte {
+			h["Content-Type"] = nil // nil, not deleted: net/http would sniff one
+			return b
+		}, payrouter.OutcomeUnknown},
+		{"padded beyond MaxBody", func(_ http.Header, b []byte) []byte {
+			return append(bytes.TrimSpace(b), bytes.Repeat([]byte(" "), gatewayhttp.MaxBody)...)
+		}, payrouter.OutcomeUnknown},
+	}
+	for _, c := range cases {
+		alter.Store(c.alter)
+		ref := e.ref()
+		e.expect("charge, the not-processed answer "+c.what, gw.Authorize(e.ctx(generous), e.charge(ref, 1010, "tok_visa", true)), c.want)
+		e.expect("status, the not-processed answer "+c.what, gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), c.want)
+	}
+	e.expectLedger("while unavailable")
+}
+
 // testError500: a plain 500 may have been processed (unknown); the look-up later shows it was not.
 func testError500(t *testing.T, e *env) {
 	e.behave(sim.ModeError500, 0, false)
@@ -516,6 +575,32 @@ func testReset(t *testing.T, e *env) {
 	e.expect("refund", e.gw.Refund(e.ctx(generous), payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1, Currency: "USD"}), payrouter.OutcomeUnknown)
 	e.expect("status", e.status(ref), payrouter.OutcomeUnknown)
 	e.expectLedger("while resetting")
+}
+
+// testProcessThen503 is the fault-injection run's incident: a proxy forwarded the call, the
+// gateway processed it, the connection dropped before its answer, and the proxy answered its own
+// 503 (text/plain). That is unknown, never unavailable (which would send the charge to another
+// gateway unchecked: two captures); the money moved; once the proxy is healthy, a look-up finds
+// the charge approved.
+func testProcessThen503(t *testing.T, e *env) {
+	e.behave(sim.ModeProcessThen503, 0, false)
+	ref := e.ref()
+	e.expect("charge behind a proxy that answered 503", e.gw.Authorize(e.ctx(generous), e.charge(ref, 1007, "tok_visa", true)), payrouter.OutcomeUnknown)
+	e.expectLedger("after the charge the proxy answered 503 for", tx(ref, 1007, sim.StatusCaptured, 0))
+	e.expect("status look-up behind the same proxy", e.status(ref), payrouter.OutcomeUnknown)
+
+	auth := e.ref()
+	e.expect("authorize only", e.gw.Authorize(e.ctx(generous), e.charge(auth, 1008, "tok_visa", false)), payrouter.OutcomeUnknown)
+	txr := payrouter.TxRequest{Reference: auth + "-capture", ChargeReference: auth, Amount: 1008, Currency: "USD"}
+	e.expect("capture", e.gw.Capture(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+	txr.Reference, txr.Amount = "re_conf_1", 8
+	e.expect("refund", e.gw.Refund(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+	e.expectLedger("after a charge, an authorization, its capture and a refund, all answered 503",
+		tx(ref, 1007, sim.StatusCaptured, 0), tx(auth, 1008, sim.StatusPartiallyRefunded, 8))
+
+	e.behave(sim.ModeNormal, 0, false)
+	e.expect("status once the proxy is healthy", e.status(ref), payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	e.expect("status of the captured and refunded one", e.status(auth), payrouter.OutcomeSucceeded, payrouter.TxPartiallyRefunded)
 }
 
 // testClosedPort: nothing listens, so nothing was sent: unavailable.
@@ -560,4 +645,74 @@ func testUnreadableAnswer(t *testing.T, e *env) {
 	e.expect("void answered with HTML", gw.Void(e.ctx(generous), txr), payrouter.OutcomeUnknown)
 	e.expect("refund answered with HTML", gw.Refund(e.ctx(generous), txr), payrouter.OutcomeUnknown)
 	e.expect("status answered with HTML", gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeUnknown)
+}
+
+// testForeignAnswers: every one of ForeignAnswers, served over a socket in the gateway's place
+// (a proxy's page, an empty 503, a redirect without a Location), is unknown for every operation.
+func testForeignAnswers(t *testing.T, e *env) {
+	var current atomic.Pointer[ForeignAnswer]
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		a := current.Load()
+		w.Header()["Content-Type"] = nil // as the answer has it, not as net/http would sniff it
+		if a.ContentType != "" {
+			w.Header().Set("Content-Type", a.ContentType)
+		}
+		w.WriteHeader(a.Status)
+		_, _ = io.WriteString(w, a.Body)
+	}))
+	t.Cleanup(foreign.Close)
+	raw, err := e.adapter.NewClient(foreign.URL, newClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.expectUnknownEverywhere(checked{raw, t, e.adapter.Name}, func(a ForeignAnswer) { current.Store(&a) }, ForeignAnswers)
+}
+
+// testRedirect: a redirect in the gateway's place, one with a Location that points back at the
+// gateway, is unknown for every operation: it is not the gateway's answer. payrouter's gateway
+// clients are not to follow redirects (a followed 307 sends the charge and its credentials
+// again, wherever Location says; a followed 302 turns it into a GET), so this client does not:
+// the case is about what the adapter makes of a 3xx that reaches it.
+func testRedirect(t *testing.T, e *env) {
+	var current atomic.Pointer[ForeignAnswer]
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := current.Load()
+		w.Header().Set("Location", e.url+r.URL.RequestURI())
+		w.Header().Set("Content-Type", a.ContentType)
+		w.WriteHeader(a.Status)
+		_, _ = io.WriteString(w, a.Body)
+	}))
+	t.Cleanup(redirecting.Close)
+	client := newClient(t)
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	raw, err := e.adapter.NewClient(redirecting.URL, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var redirects []ForeignAnswer
+	for _, status := range []int{301, 302, 303, 307, 308} {
+		redirects = append(redirects, ForeignAnswer{Name: fmt.Sprintf("%d redirect to the gateway", status), Status: status,
+			ContentType: HTML, Body: `<a href="` + e.url + `">` + http.StatusText(status) + `</a>.`})
+	}
+	e.expectUnknownEverywhere(checked{raw, t, e.adapter.Name}, func(a ForeignAnswer) { current.Store(&a) }, redirects)
+	e.expectLedger("after redirects that were not followed")
+	if got := e.stats().Requests; got != 0 {
+		t.Errorf("%s: the gateway was called %d times through redirects that were not to be followed", e.adapter.Name, got)
+	}
+}
+
+// expectUnknownEverywhere serves each answer (set puts it in place) to every operation of gw and
+// expects unknown each time.
+func (e *env) expectUnknownEverywhere(gw payrouter.Gateway, set func(ForeignAnswer), answers []ForeignAnswer) {
+	e.t.Helper()
+	for _, a := range answers {
+		set(a)
+		ref := e.ref()
+		txr := payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1, Currency: "USD"}
+		e.expect(a.Name+": charge", gw.Authorize(e.ctx(generous), e.charge(ref, 1009, "tok_visa", true)), payrouter.OutcomeUnknown)
+		e.expect(a.Name+": capture", gw.Capture(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+		e.expect(a.Name+": void", gw.Void(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+		e.expect(a.Name+": refund", gw.Refund(e.ctx(generous), txr), payrouter.OutcomeUnknown)
+		e.expect(a.Name+": status", gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), payrouter.OutcomeUnknown)
+	}
 }
