@@ -41,8 +41,11 @@ const (
 	OutcomeDeclined Outcome = "declined"
 	// OutcomePending: the gateway took the request and will decide later.
 	OutcomePending Outcome = "pending"
-	// OutcomeUnavailable: the gateway said it did not process the request (connection refused,
-	// 503, its own "retry later" codes). Safe to send elsewhere.
+	// OutcomeUnavailable: the gateway certainly did not process the request: the connection
+	// failed before the request was written, or the gateway answered in its own documented "not
+	// processed, retry later" form. Never a bare 503 or 429: a proxy in front of the gateway
+	// answers those after forwarding a request the gateway may have processed (OutcomeUnknown).
+	// Safe to send elsewhere with no look-up.
 	OutcomeUnavailable Outcome = "unavailable"
 	// OutcomeTimeout: the request was sent and no answer came within the deadline. It may have
 	// been processed.
