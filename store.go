@@ -124,8 +124,8 @@ type Task struct {
 	Deliveries int `json:"-"`
 }
 
-// Queue keeps tasks durably until they are acknowledged (a Redis Stream with a consumer group in
-// redisstore). A task handed out by Take and never acknowledged, because its consumer crashed or
+// Queue keeps tasks durably until they are acknowledged (a table taken with FOR UPDATE SKIP
+// LOCKED in pgstore). A task handed out by Take and never acknowledged, because its consumer crashed or
 // left it for later, is handed out again once idle for long enough, to any consumer.
 type Queue interface {
 	// Enqueue adds a task and returns its id.

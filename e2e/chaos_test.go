@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -111,8 +112,8 @@ func TestChaosMoney(t *testing.T) {
 	gw := gatewayConfig{Timeout: chaosGatewayTimeout, MaxConcurrent: 32, ConsecutiveFailures: 3, Cooldown: chaosCooldown}
 	cfg := routerConfig{
 		RequestTimeout: chaosRequestTimeout,
-		RedisURL:       rds.URL(),
-		Gateways:       map[string]gatewayConfig{"paywell": gw, "ding": gw, "tranglo": gw},
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		Gateways: map[string]gatewayConfig{"paywell": gw, "ding": gw, "tranglo": gw},
 		Routes: []routeConfig{
 			{Name: "eur-hedged", Currencies: []string{"EUR"}, Gateways: []string{"paywell", "ding"}},
 			{Name: "asia", Currencies: []string{"MYR"}, Gateways: []string{"tranglo", "paywell", "ding"}},

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -205,9 +206,9 @@ func TestFleetSharedBreakerAndRestart(t *testing.T) {
 	gw := gatewayConfig{Timeout: time.Second, MaxConcurrent: 10, ConsecutiveFailures: failuresToOpen, Cooldown: cooldown}
 	cfg := routerConfig{
 		RequestTimeout: 3 * time.Second,
-		RedisURL:       rds.URL(),
-		Gateways:       map[string]gatewayConfig{"paywell": gw, "ding": gw},
-		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell", "ding"}}},
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		Gateways: map[string]gatewayConfig{"paywell": gw, "ding": gw},
+		Routes:   []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell", "ding"}}},
 	}
 	a, b := startFleet(t, s, cfg)
 

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 )
 
 // Credentials of every payrouter the tests start; the tests write them into the configuration.
@@ -68,7 +70,7 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	return m.Run()
+	return pgtest.Run(m) // the fleet tests' PostgreSQL is stopped and removed after them
 }
 
 // build compiles cmd/payrouter and cmd/gatewaysim of the module this package is in, so the tests
@@ -397,9 +399,11 @@ type routeConfig struct {
 // Configuration); the rest is written as the defaults or fixed below.
 type routerConfig struct {
 	RequestTimeout time.Duration
-	// RedisURL is state.redis_url: "" keeps the state in memory; instances given one URL share
-	// their breakers, idempotency keys and charges.
-	RedisURL string
+	// DatabaseURL is state.database_url: "" keeps the money state in memory; instances given
+	// one URL share their charges, refunds, idempotency keys and tasks. RedisURL is
+	// state.redis_url: instances given one URL share their breakers (it needs DatabaseURL).
+	DatabaseURL string
+	RedisURL    string
 	// RedisTimeout is state.redis_timeout; 0 leaves it out (the default, 100ms).
 	RedisTimeout time.Duration
 	// Gateways are keyed by simulated gateway (paywell, ding, tranglo); each one's kind is its
@@ -413,7 +417,7 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: %s\n", listen, admin, c.RequestTimeout)
 	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
-	fmt.Fprintf(&b, "state:\n  redis_url: %q\n", c.RedisURL)
+	fmt.Fprintf(&b, "state:\n  redis_url: %q\n  database_url: %q\n", c.RedisURL, c.DatabaseURL)
 	if c.RedisTimeout > 0 {
 		fmt.Fprintf(&b, "  redis_timeout: %s\n", c.RedisTimeout)
 	}

@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -208,8 +209,8 @@ func TestIncidentSaturationWhileProbing(t *testing.T) {
 	s := startSims(t)
 	cfg := routerConfig{
 		RequestTimeout: 5 * time.Second,
-		RedisURL:       rds.URL(),
-		RedisTimeout:   time.Second,
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		RedisTimeout: time.Second,
 		Gateways: map[string]gatewayConfig{"tranglo": {
 			Timeout: 3 * time.Second, MaxConcurrent: slots, ConsecutiveFailures: 3, Cooldown: 5 * time.Second,
 			OutOfBand: true, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout,
@@ -418,8 +419,8 @@ func TestSlowGatewayProbeVerdict(t *testing.T) {
 	s := startSims(t)
 	a, b := startFleet(t, s, routerConfig{
 		RequestTimeout: 5 * time.Second,
-		RedisURL:       rds.URL(),
-		RedisTimeout:   time.Second,
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		RedisTimeout: time.Second,
 		Gateways: map[string]gatewayConfig{"tranglo": {
 			Timeout: gatewayTimeout, MaxConcurrent: 10, ConsecutiveFailures: failuresToOpen, Cooldown: cooldown,
 			OutOfBand: true, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout,

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -215,9 +216,9 @@ func TestPrometheusSeesTheOutage(t *testing.T) {
 	gw := gatewayConfig{Timeout: time.Second, MaxConcurrent: 10, ConsecutiveFailures: failuresToOpen, Cooldown: cooldown}
 	cfg := routerConfig{
 		RequestTimeout: 3 * time.Second,
-		RedisURL:       rds.URL(),
-		Gateways:       map[string]gatewayConfig{"paywell": gw, "ding": gw},
-		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell", "ding"}}},
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		Gateways: map[string]gatewayConfig{"paywell": gw, "ding": gw},
+		Routes:   []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell", "ding"}}},
 	}
 	a, b := startFleet(t, s, cfg)
 	targetA, targetB := strings.TrimPrefix(a.adminURL, "http://"), strings.TrimPrefix(b.adminURL, "http://")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -31,9 +32,9 @@ func TestRedisOutageFleet(t *testing.T) {
 	gw := gatewayConfig{Timeout: time.Second, MaxConcurrent: 10, ConsecutiveFailures: 5, Cooldown: 30 * time.Second}
 	a, b := startFleet(t, s, routerConfig{
 		RequestTimeout: 3 * time.Second,
-		RedisURL:       rds.URL(),
-		Gateways:       map[string]gatewayConfig{"paywell": gw},
-		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
+		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
+		Gateways: map[string]gatewayConfig{"paywell": gw},
+		Routes:   []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
 	})
 	fleet := []struct {
 		name string

@@ -197,8 +197,8 @@ func TestRefundRoutes(t *testing.T) {
 	if g := st.get("/refund/" + rf.ID); g.status != 200 || decodeInto[refundReply](t, g) != rf {
 		t.Errorf("GET /refund/%s: %d %s", rf.ID, g.status, g.body)
 	}
-	if ch := decodeInto[chargeReply](t, st.get("/charge/"+id)); ch.Status != "succeeded" || ch.AmountRefunded != 500 {
-		t.Errorf("charge after a partial refund: %+v, want succeeded with 500 refunded", ch)
+	if ch := decodeInto[chargeReply](t, st.get("/charge/"+id)); ch.Status != "partially_refunded" || ch.AmountRefunded != 500 {
+		t.Errorf("charge after a partial refund: %+v, want partially_refunded with 500 refunded", ch)
 	}
 
 	// The same key with another amount is another request.

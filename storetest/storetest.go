@@ -1,9 +1,10 @@
 // Package storetest is the behaviour every payrouter.Store must have, as one test suite that
-// each implementation runs against itself (DESIGN.md, State stores): memstore in memory,
-// redisstore against a real redis-server.
+// each implementation runs against itself (DESIGN.md, State stores): memstore in memory, pgstore
+// against a real PostgreSQL. RunBreakerState is the smaller suite of forced states, run by
+// memstore and by redisstore against a real redis-server.
 //
-// Expiry is tested with short real TTLs and polling, not a fake clock, because a Redis server
-// keeps its own time; the suite still finishes in about a second.
+// Expiry is tested with short real TTLs and polling, not a fake clock, because a database server
+// keeps its own time; the suite still finishes in seconds.
 package storetest
 
 import (

@@ -32,6 +32,9 @@ func TestDiffCharge(t *testing.T) {
 	typ := reflect.TypeFor[payrouter.Charge]()
 	for i := range typ.NumField() {
 		field := typ.Field(i)
+		if field.Name == "Hold" {
+			continue // the writer's fence, never stored (payrouter.Charge.Hold)
+		}
 		t.Run(field.Name, func(t *testing.T) {
 			got := newCharge("ch_1", payrouter.StatusSucceeded, base)
 			v := reflect.ValueOf(got).Elem().Field(i)

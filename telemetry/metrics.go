@@ -39,6 +39,7 @@ type Metrics struct {
 	reconciled         *prometheus.HistogramVec
 	httpDuration       *prometheus.HistogramVec
 	stateStoreUp       prometheus.Gauge
+	databaseUp         prometheus.Gauge
 	probeUp            *prometheus.GaugeVec
 	probes             *prometheus.CounterVec
 	probeDuration      *prometheus.HistogramVec
@@ -115,7 +116,11 @@ func NewMetrics() *Metrics {
 		}, []string{"route", "code"}),
 		stateStoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "payrouter_state_store_up",
-			Help: "1 when the state store answers; 0 while this instance serves on local state (breakers and idempotency keys not shared).",
+			Help: "1 when Redis, the fleet's coordination store, answers; 0 while this instance's breakers decide alone (no money is affected).",
+		}),
+		databaseUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrouter_database_up",
+			Help: "1 when the store holding money state answers; 0 while every money request answers 503 state-unavailable and no gateway is called.",
 		}),
 		probeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrouter_probe_up",
@@ -132,11 +137,12 @@ func NewMetrics() *Metrics {
 		}, []string{"gateway"}),
 	}
 	m.stateStoreUp.Set(1)
+	m.databaseUp.Set(1)
 	for _, r := range []string{"won_primary", "won_hedge", "voided"} {
 		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
 	}
 	m.queueDepth.WithLabelValues(TaskQueue)
-	reg.MustRegister(m.stateStoreUp, m.probeUp, m.probes, m.probeDuration,
+	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
@@ -242,6 +248,15 @@ func (m *Metrics) FallbackUsed(op payrouter.Operation, fallback string) {
 // exemplar's trace id).
 func (m *Metrics) HTTPRequest(ctx context.Context, route string, code int, d time.Duration) {
 	observe(ctx, m.httpDuration.WithLabelValues(route, strconv.Itoa(code)), d.Seconds())
+}
+
+// DatabaseUp sets payrouter_database_up.
+func (m *Metrics) DatabaseUp(up bool) {
+	if up {
+		m.databaseUp.Set(1)
+	} else {
+		m.databaseUp.Set(0)
+	}
 }
 
 // StateStoreUp sets payrouter_state_store_up.

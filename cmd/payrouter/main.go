@@ -4,6 +4,7 @@
 //	payrouter serve -config FILE   the service
 //	payrouter check -config FILE   validate, and print each gateway's capacity arithmetic
 //	payrouter probe -config FILE   the out-of-band prober alone (needs shared state)
+//	payrouter migrate -config FILE apply the database's migrations (serve applies them too)
 package main
 
 import (
@@ -54,7 +55,8 @@ func usageError(format string, args ...any) error {
 const usage = `usage:
   payrouter serve -config FILE   run the service
   payrouter check -config FILE   validate a configuration and print each gateway's capacity
-  payrouter probe -config FILE   run only the out-of-band prober (needs state.redis_url)`
+  payrouter probe -config FILE   run only the out-of-band prober (needs state.redis_url)
+  payrouter migrate -config FILE apply the migrations of state.database_url, then exit (serve applies them at start too)`
 
 // run is the whole program, with its environment passed in so that tests can call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -68,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return check(args[1:], getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args[1:], getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/pgstore"
 	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -65,6 +66,24 @@ func check(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	_, err = cfg.Check().WriteTo(stdout)
 	return err
+}
+
+// migrate is `payrouter migrate`: the database's schema brought to this build's version, for a
+// deploy that runs it before the new instances start (serve applies the same migrations at start,
+// so it is never required). Safe while instances run and when several run it at once.
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, _, err := loadConfig("migrate", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.State.DatabaseURL == "" {
+		return usageError("migrate: state.database_url is empty: the in-memory store has no schema")
+	}
+	if err := pgstore.Migrate(ctx, cfg.State.DatabaseURL); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Fprintln(stdout, "payrouter: the database is at this build's schema")
+	return nil
 }
 
 // probe is `payrouter probe`: the out-of-band prober alone, as its own process beside the
@@ -136,9 +155,12 @@ type app struct {
 	// path and getenv are where a reload reads the configuration from.
 	path    string
 	getenv  func(string) string
-	store   payrouter.Store
-	shared  *statestore.Store // nil with the in-memory store
-	fleet   *resilience.Fleet // nil with the in-memory store
+	// store is the money state (memstore, or pgstore for a fleet); forced keeps the breakers'
+	// forced states (Redis through shared for a fleet, else memstore).
+	store  payrouter.Store
+	forced payrouter.BreakerStateStore
+	shared *statestore.Store // the fleet's Redis; nil without state.redis_url
+	fleet  *resilience.Fleet // nil without state.redis_url
 	prober  *resilience.Prober
 	metrics *telemetry.Metrics
 	obs     *telemetry.Observer
@@ -221,7 +243,8 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	a.closers = append(a.closers, a.domains.Close)
 	a.initMetrics(cfg, cfg.GatewayNames)
 
-	if err := a.openStore(ctx); err != nil {
+	if err := a.openStores(ctx, role); err != nil {
+		a.close()
 		return nil, err
 	}
 	if _, err := a.wireGateways(cfg, nil); err != nil {
@@ -403,13 +426,23 @@ func (a *app) Reload(context.Context) (config.Changes, error) { return a.reload(
 // Summary lists the gateways now configured, for /admin/gateways (httpapi.Reloader).
 func (a *app) Summary() []config.GatewaySummary { return a.live.Load().Summary() }
 
-// openStore opens the state store the configuration names: memstore, or Redis shared by the
-// fleet, behind statestore so that a Redis outage leaves the instance serving on local state.
-func (a *app) openStore(ctx context.Context) error {
+// openStores opens the two state stores the configuration names (DESIGN.md, State stores): the
+// money state in memory or in PostgreSQL, never forked; and, for a fleet, the coordination state
+// in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
+// breakers. `probe` moves no money: it opens no database.
+func (a *app) openStores(ctx context.Context, role string) error {
+	mem := memstore.New()
+	a.closers = append(a.closers, func() { mem.Close() })
+	a.store, a.forced = mem, mem
+	if url := a.cfg.State.DatabaseURL; url != "" && role == "serve" {
+		pg, err := pgstore.Open(ctx, url, pgstore.Options{Timeout: a.cfg.State.DatabaseTimeout, Log: a.log})
+		if err != nil {
+			return fmt.Errorf("state.database_url: %w", err)
+		}
+		a.closers = append(a.closers, func() { pg.Close() })
+		a.store = pg
+	}
 	if a.cfg.State.RedisURL == "" {
-		mem := memstore.New()
-		a.store = mem
-		a.closers = append(a.closers, func() { mem.Close() })
 		return nil
 	}
 	rs, err := redisstore.Open(a.cfg.State.RedisURL, redisstore.Options{Timeout: a.cfg.State.RedisTimeout, Log: a.log})
@@ -431,16 +464,53 @@ func (a *app) openStore(ctx context.Context) error {
 			}
 		},
 	})
-	a.store = a.shared
+	a.forced = a.shared
 	a.fleet = resilience.NewFleet(a.domains, a.shared, resilience.FleetOptions{
 		Origin: a.origin, Timeout: a.cfg.State.RedisTimeout, Up: a.shared.Up, Log: a.log,
 	})
 	// An instance started while a breaker is open comes back open; with Redis away it starts on
-	// local state, and /readyz says so.
+	// local breakers, and /readyz says so.
 	if err := a.fleet.Sync(ctx); err != nil {
 		a.log.Warn("fleet.sync_failed", "err", err.Error(), "then", "serving on local breakers until the state store answers")
 	}
 	return nil
+}
+
+// watchDatabase pings the money store every second until ctx ends, and on every change says so:
+// payrouter_database_up, and database.down (with the error) or database.up (with the outage's
+// length). While it is down every money request answers 503 state-unavailable by itself (the
+// store's own errors); this is what ops see of it.
+func (a *app) watchDatabase(ctx context.Context) {
+	if a.cfg.State.DatabaseURL == "" {
+		return
+	}
+	up, since := true, time.Now()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.State.DatabaseTimeout)
+		err := a.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && up:
+			up, since = false, time.Now()
+			a.metrics.DatabaseUp(false)
+			a.log.Error("database.down", "err", err.Error(),
+				"then", "charges, captures, voids, refunds and look-ups answer 503 state-unavailable; no gateway is called")
+		case err == nil && !up:
+			up = true
+			a.metrics.DatabaseUp(true)
+			a.log.Info("database.up", "down_for_ms", time.Since(since).Milliseconds())
+		}
+	}
 }
 
 // run runs what works in the background (the state store's health check, the fleet's sync, the
@@ -453,6 +523,7 @@ func (a *app) run(ctx context.Context) {
 	}
 	wg.Go(func() { a.prober.Run(ctx) })
 	if a.worker != nil {
+		wg.Go(func() { a.watchDatabase(ctx) })
 		wg.Go(func() { a.worker.Run(ctx) })
 		wg.Go(func() { a.reconciler.Run(ctx) })
 	}
@@ -521,9 +592,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	defer stopBackground()
 
 	deps := httpapi.Deps{
-		Credentials: a.creds, Router: a.router, Store: a.store,
+		Credentials: a.creds, Router: a.router, Store: a.store, Forced: a.forced,
 		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(), Reloader: a,
-		IdempotencyTTL: cfg.Idempotency.TTL, InFlightTTL: cfg.RequestTimeout + 30*time.Second, Log: log,
+		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
+	}
+	if a.shared != nil {
+		deps.Coordination = a.shared
 	}
 	servers := []*http.Server{
 		newHTTPServer(cfg.Listen, httpapi.NewServer(deps), cfg.RequestTimeout, log),
@@ -598,8 +672,11 @@ func newHTTPServer(addr string, h http.Handler, budget time.Duration, log *slog.
 // stateName says where the state lives, for the start-up log line (never the URL: it may hold a
 // password).
 func (a *app) stateName() string {
-	if a.shared != nil {
-		return "redis"
+	switch {
+	case a.shared != nil:
+		return "postgresql+redis"
+	case a.cfg.State.DatabaseURL != "":
+		return "postgresql"
 	}
 	return "memory"
 }
