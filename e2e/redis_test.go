@@ -13,13 +13,16 @@ import (
 )
 
 // TestRedisOutageFleet: the shared Redis dies under a fleet of two instances (DESIGN.md,
-// Breakers: "Redis slow or down must not take payrouter down"). What users see:
+// Breakers: "Redis slow or down must not take payrouter down"). Redis holds only coordination
+// state, so what users see is:
 //   - charges through A and B keep being answered, 201, each in under a second;
-//   - /readyz answers 503 with a reason naming the state store, payrouter_state_store_up is 0,
-//     and each instance logs state_store.down, so ops know the fleet no longer shares state;
+//   - money state is still one: a charge made through A is read through B at once, and the same
+//     Idempotency-Key sent to B replays A's answer with no second gateway call (the fault
+//     injection's "same key at both instances during a Redis stall forks the charge");
+//   - /readyz answers 503 with a reason naming the coordination store, payrouter_state_store_up
+//     is 0, and each instance logs state_store.down, so ops know breakers are local;
 //   - Redis comes back (empty, on the same port): within 10 s /readyz is 200 again,
-//     payrouter_state_store_up 1, state_store.up logged; and a charge A saved during the outage
-//     can be fetched through B, because A pushed it to Redis when it returned (the re-sync).
+//     payrouter_state_store_up 1, state_store.up logged, and charges go on.
 func TestRedisOutageFleet(t *testing.T) {
 	skipIfShort(t)
 	const (
@@ -68,8 +71,43 @@ func TestRedisOutageFleet(t *testing.T) {
 		}
 	}
 
+	// One money home through the outage: A's charge is B's at once, and A's key replays on B.
+	key := "redis-outage-order-1"
+	body := chargeBody(5500, "USD", "tok_visa", "")
+	first, err := a.chargeKeyed(key, body)
+	if err != nil || first.status != http.StatusCreated {
+		t.Fatalf("a keyed charge through A with Redis down: want 201; got %v %s", err, first)
+	}
+	fa, _ := decodeAnswer(first)
+	calls := s.paywell.stats(t).Requests
+	again, err := b.chargeKeyed(key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra, _ := decodeAnswer(again); again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || ra.ID != fa.ID {
+		t.Errorf("the same Idempotency-Key through B with Redis down: want A's charge %s replayed (201, Idempotent-Replayed: true); got %s", fa.ID, again)
+	}
+	if now := s.paywell.stats(t).Requests; now != calls {
+		t.Errorf("the same Idempotency-Key through B with Redis down: want no second gateway call; paywell counted %d more", now-calls)
+	}
+	for _, c := range []struct {
+		saver, reader string
+		in            *instance
+	}{{"A", "B", b}, {"B", "A", a}} {
+		id := saved[c.saver]
+		if id == "" {
+			continue // the charge already failed above
+		}
+		got, err := c.in.getCharge(id)
+		if err != nil {
+			t.Errorf("charge %s, made through %s while Redis is down: want it read through %s at once; got %v", id, c.saver, c.reader, err)
+		} else if got.ID != id || got.ChargeStatus != "succeeded" || got.Gateway != "paywell" {
+			t.Errorf("charge %s through %s while Redis is down: want it succeeded by paywell; got %+v", id, c.reader, got)
+		}
+	}
+
 	for _, m := range fleet {
-		eventually(t, noticeBound, m.name+" answers /readyz 503 naming the state store", func() (bool, string) {
+		eventually(t, noticeBound, m.name+" answers /readyz 503 naming the coordination store", func() (bool, string) {
 			r, err := m.in.readyz()
 			if err != nil {
 				return false, err.Error()
@@ -78,7 +116,7 @@ func TestRedisOutageFleet(t *testing.T) {
 				Reason string `json:"reason"`
 			}
 			_ = json.Unmarshal(r.body, &body)
-			return r.status == http.StatusServiceUnavailable && strings.Contains(body.Reason, "state store"), r.String()
+			return r.status == http.StatusServiceUnavailable && strings.Contains(body.Reason, "coordination store"), r.String()
 		})
 		eventually(t, noticeBound, m.name+" shows payrouter_state_store_up 0", stateStoreUp(m.in, 0))
 		eventually(t, noticeBound, m.name+" logs state_store.down", logged(m.in.proc, "state_store.down"))
@@ -104,23 +142,6 @@ func TestRedisOutageFleet(t *testing.T) {
 		eventually(t, 2*time.Second, m.name+" logs state_store.up", logged(m.in.proc, "state_store.up"))
 	}
 
-	// The re-sync: what each instance saved alone is in Redis for the other.
-	for _, c := range []struct {
-		saver, reader string
-		in            *instance
-	}{{"A", "B", b}, {"B", "A", a}} {
-		id := saved[c.saver]
-		if id == "" {
-			continue // the charge already failed above
-		}
-		got, err := c.in.getCharge(id)
-		if err != nil {
-			t.Errorf("charge %s, saved through %s while Redis was down: want it fetched through %s once Redis is back (the re-sync pushed it); got %v",
-				id, c.saver, c.reader, err)
-		} else if got.ID != id || got.ChargeStatus != "succeeded" || got.Gateway != "paywell" {
-			t.Errorf("charge %s through %s after the re-sync: want it succeeded by paywell; got %+v", id, c.reader, got)
-		}
-	}
 	// And the fleet charges on Redis again.
 	if r, _ := a.mustCharge(t, 6000, "USD", "tok_visa"); r.status != http.StatusCreated {
 		t.Errorf("a charge through A after Redis came back: want 201; got %s", r)
