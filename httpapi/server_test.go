@@ -33,6 +33,12 @@ type stack struct {
 
 func newStack(t testing.TB, adminToken string) *stack {
 	t.Helper()
+	return newStackHolding(t, adminToken, time.Minute)
+}
+
+// newStackHolding is newStack with Deps.Hold set to hold.
+func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack {
+	t.Helper()
 	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}}
 	names := []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
@@ -65,7 +71,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 	}
 	deps := Deps{
 		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
-		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: time.Minute,
+		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
