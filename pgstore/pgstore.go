@@ -1,0 +1,190 @@
+// Package pgstore is the money state of a fleet (DESIGN.md, State stores): payrouter.Store on
+// PostgreSQL through pgx, shared by every instance. Charges, refunds, idempotency keys and the
+// durable task queue have this one home; when the database does not answer, every method fails
+// within Options.Timeout with an error wrapping payrouter.ErrStateUnavailable, and nothing is
+// kept aside to serve from meanwhile.
+//
+// Idempotency holds are fenced: every Claim takes a token from one database sequence, and every
+// write made under a hold (SaveCharge with Charge.Hold, Complete, CompleteCharge) is one SQL
+// statement that locks the key's row and writes only while the row still carries that token. A
+// holder that stalled past its hold and lost the key to a later request changes nothing.
+//
+// Every time that decides something (a hold running out, a record expiring, a task idle long
+// enough to be handed out again) is the database's now(), so instances whose clocks disagree
+// still agree on who holds a key.
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payrouter/payrouter"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTimeout bounds every store call: a database that does not answer is an error well
+	// within the second a money request may spend on it (CONTRACT.md, Where state lives).
+	DefaultTimeout = 800 * time.Millisecond
+	// DefaultChargeRetention is how long a final charge (and a final refund) is kept after it was
+	// last written: thirteen months, past the card networks' usual dispute windows and a fiscal
+	// year.
+	DefaultChargeRetention = 395 * 24 * time.Hour
+	// DefaultSweepEvery is how often the retention sweep runs.
+	DefaultSweepEvery = time.Minute
+	// DefaultSweepBatch is how many rows one sweep statement deletes at most, so that a backlog
+	// is deleted in short statements that never hold many locks for long.
+	DefaultSweepBatch = 1000
+)
+
+// Options configure a Store; every zero value means the documented default.
+type Options struct {
+	// Timeout bounds each store call, waiting for a pooled connection included; a call that
+	// runs out of it fails with an error wrapping payrouter.ErrStateUnavailable. 0:
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Log receives the retention sweep's reports and failures. nil: nothing is logged.
+	Log *slog.Logger
+	// Retention says what the background sweep deletes and how often it runs.
+	Retention Retention
+
+	// tracer sees every query (the benchmark counts round trips with it).
+	tracer pgx.QueryTracer
+}
+
+// Retention is what the background sweep started by Open deletes: idempotency keys past their
+// expiry (always: they count as gone already), and final charges and refunds not written for
+// longer than Charges.
+type Retention struct {
+	// Charges is how long a charge in a final status (anything but processing) and a refund that
+	// succeeded or failed are kept after they were last written. 0: DefaultChargeRetention;
+	// negative: kept for ever.
+	Charges time.Duration
+	// Every is how often the sweep runs. 0: DefaultSweepEvery; negative: no sweep at all (another
+	// instance, or ops, deletes).
+	Every time.Duration
+	// Batch bounds the rows one delete statement removes. 0: DefaultSweepBatch.
+	Batch int
+}
+
+func (o Options) withDefaults() Options {
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	if o.Timeout < 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.Retention.Charges = cmp.Or(o.Retention.Charges, DefaultChargeRetention)
+	o.Retention.Every = cmp.Or(o.Retention.Every, DefaultSweepEvery)
+	if o.Retention.Batch <= 0 {
+		o.Retention.Batch = DefaultSweepBatch
+	}
+	return o
+}
+
+// Store is payrouter.Store on PostgreSQL, safe for concurrent use by any number of goroutines
+// and instances sharing the database.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+	// where names the database in errors and logs, its password redacted.
+	where string
+
+	stopSweep context.CancelFunc
+	swept     sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var _ payrouter.Store = (*Store)(nil)
+
+// Open connects to the database at url (postgres://user@host:5432/db, or any form pgx parses,
+// pool_max_conns and the other pgxpool parameters included), applies the migrations this
+// version has that the database lacks (Migrate), and starts the retention sweep. Migrations may
+// wait for another instance migrating at the same moment; ctx bounds that wait. Close stops the
+// sweep and closes the connections.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx masks the password in its message as best it can; scrub makes sure.
+		return nil, errors.New("pgstore: the database URL does not parse: " + scrub(err.Error(), url))
+	}
+	where := redact(url)
+	// A database that accepts the TCP connection and then says nothing (a stopped process, a
+	// black-holed route) must fail the connection attempt as fast as a query.
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
+		cfg.ConnConfig.ConnectTimeout = opts.Timeout
+	}
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
+	}
+	applied, err := migrate(ctx, cfg.ConnConfig.Copy(), where)
+	if err != nil {
+		return nil, err
+	}
+	if len(applied) > 0 {
+		opts.Log.InfoContext(ctx, "pgstore.migrated", "database", where, "versions", applied)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connecting to %s: %w", where, err)
+	}
+	s := &Store{pool: pool, opts: opts, where: where}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	sweepCtx, stop := context.WithCancel(context.Background())
+	s.stopSweep = stop
+	if opts.Retention.Every > 0 {
+		s.swept.Go(func() { s.sweepEvery(sweepCtx) })
+	}
+	return s, nil
+}
+
+// Ping reports whether the database answers within Timeout; /readyz uses it.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return s.fail("ping", err)
+	}
+	return nil
+}
+
+// Close stops the retention sweep, waiting for a sweep that runs, and closes the connections.
+// Calling it again is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stopSweep()
+		s.swept.Wait()
+		s.pool.Close()
+	})
+	return nil
+}
+
+// bound gives one store call its Timeout.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// redact returns url with its password masked, to name the database in errors and logs; a URL
+// that does not parse (a keyword/value DSN) is not shown at all, as it may hold a password.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the database"
+	}
+	u.RawQuery = "" // sslpassword and password may be query parameters too
+	return u.Redacted()
+}

@@ -1,0 +1,46 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/pgstore/pgtest"
+	"github.com/payrouter/payrouter/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestStore runs the money-state suite every store passes (memstore's too) against a real
+// PostgreSQL: one database for the suite, emptied before each subtest, and a Store opened for
+// each, so that every subtest also opens on an already migrated database.
+func TestStore(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	storetest.Run(t, func(t *testing.T) payrouter.Store {
+		s := open(t, url, Options{})
+		truncate(t, s)
+		return s
+	})
+}
+
+// open opens a Store on url for the test, closed when it ends.
+func open(t testing.TB, url string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), url, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// truncate empties every table. The token sequence goes on: tokens never repeat, not even
+// across tests.
+func truncate(t testing.TB, s *Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `TRUNCATE charges, refunds, idempotency_keys, tasks RESTART IDENTITY`); err != nil {
+		t.Fatalf("emptying the tables: %v", err)
+	}
+}
