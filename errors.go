@@ -25,7 +25,7 @@ const (
 	// EStateUnavailable: the store holding money state does not answer; nothing was sent to a
 	// gateway, and the same request may be sent again after Retry-After.
 	EStateUnavailable ErrorCode = "state-unavailable"
-	EInternal            ErrorCode = "internal"
+	EInternal         ErrorCode = "internal"
 )
 
 // Error is an error with a code and a message safe to show to the API's caller.

@@ -1035,7 +1035,7 @@ type flakyStore struct {
 	*memstore.Store
 	// broken makes every call fail with an error that is not an outage (a bug, a refused
 	// statement): answered 500.
-	broken atomic.Bool
+	broken  atomic.Bool
 	down    atomic.Bool
 	mu      sync.Mutex
 	refunds map[string][]string

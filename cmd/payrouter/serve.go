@@ -153,14 +153,14 @@ type app struct {
 	log    *slog.Logger
 	origin string // this process, as the fleet and the probe leases know it
 	// path and getenv are where a reload reads the configuration from.
-	path    string
-	getenv  func(string) string
+	path   string
+	getenv func(string) string
 	// store is the money state (memstore, or pgstore for a fleet); forced keeps the breakers'
 	// forced states (Redis through shared for a fleet, else memstore).
-	store  payrouter.Store
-	forced payrouter.BreakerStateStore
-	shared *statestore.Store // the fleet's Redis; nil without state.redis_url
-	fleet  *resilience.Fleet // nil without state.redis_url
+	store   payrouter.Store
+	forced  payrouter.BreakerStateStore
+	shared  *statestore.Store // the fleet's Redis; nil without state.redis_url
+	fleet   *resilience.Fleet // nil without state.redis_url
 	prober  *resilience.Prober
 	metrics *telemetry.Metrics
 	obs     *telemetry.Observer
