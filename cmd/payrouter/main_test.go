@@ -114,6 +114,9 @@ func TestBadCommandLinesAndConfigsExit2(t *testing.T) {
 		{"unknown key", []string{"check", "-config", writeConfig(t, sims, "not_a_setting: 1\n")}, "not_a_setting"},
 		{"redis url of another scheme", []string{"serve", "-config", writeConfig(t, sims, "state: {redis_url: \"http://127.0.0.1:6379/0\"}\n")}, "state.redis_url"},
 		{"probe without redis", []string{"probe", "-config", writeConfig(t, sims, "")}, "state.redis_url"},
+		{"redis without a database", []string{"serve", "-config", writeConfig(t, sims, "state: {redis_url: \"redis://127.0.0.1:6379/0\"}\n")}, "needs state.database_url"},
+		{"database url of another scheme", []string{"serve", "-config", writeConfig(t, sims, "state: {database_url: \"mysql://127.0.0.1/p\"}\n")}, "state.database_url"},
+		{"migrate without a database", []string{"migrate", "-config", writeConfig(t, sims, "")}, "state.database_url is empty"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
