@@ -34,14 +34,13 @@ var saveChargeSQL = upsertCharge(1, "")
 // token ($6) and has not expired, in one statement. FOR SHARE locks that row against the update
 // a concurrent Claim makes to take the key over: a claim that committed first changed the token
 // on the row's latest version, which the lock re-reads, and nothing is written; a claim that
-// comes after waits until this write has committed. RETURNING tells the two apart.
+// comes after waits until this write has committed. The rows written tell the two apart.
 var saveFencedChargeSQL = `
 WITH hold AS (
 	SELECT 1 FROM idempotency_keys
 	WHERE key = $5 AND token = $6 AND expires_at > now()
 	FOR SHARE
-)` + upsertCharge(1, "EXISTS (SELECT 1 FROM hold)") + `
-RETURNING 1`
+)` + upsertCharge(1, "EXISTS (SELECT 1 FROM hold)")
 
 // completeChargeSQL is completeSQL ($1-$8) and the charge's write ($9-$12) in one statement,
 // so in one transaction: the charge is written only when the key's row was updated, and that

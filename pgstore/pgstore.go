@@ -12,6 +12,26 @@
 // Every time that decides something (a hold running out, a record expiring, a task idle long
 // enough to be handed out again) is the database's now(), so instances whose clocks disagree
 // still agree on who holds a key.
+//
+// # What the SQL relies on
+//
+// For a PostgreSQL-compatible engine (CockroachDB, YugabyteDB, Citus) to stand in, it must give
+// these the meaning PostgreSQL gives them at READ COMMITTED, its default isolation, which every
+// statement here is written for:
+//   - INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE ... RETURNING inside a WITH, whose WHERE
+//     is evaluated on the conflicting row's latest committed version, even one the statement's
+//     snapshot does not see (Claim: one winner among concurrent claims);
+//   - SELECT ... FOR SHARE, UPDATE, and SELECT ... FOR UPDATE SKIP LOCKED re-reading a row
+//     changed by a concurrent transaction and re-checking their conditions on it (fenced
+//     writes, Take, the retention sweep);
+//   - data-modifying statements in WITH, run as one statement, one feeding another through
+//     RETURNING (CompleteCharge);
+//   - a sequence (nextval) for the fencing tokens, jsonb and bytea columns, now();
+//   - session advisory locks (pg_try_advisory_lock) for goose's migration lock.
+//
+// An engine that runs them SERIALIZABLE instead answers some races with a serialization
+// failure (SQLSTATE 40001) rather than waiting: the caller sees an error that is neither an
+// answer nor unavailability, and should retry.
 package pgstore
 
 import (
