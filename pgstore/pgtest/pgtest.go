@@ -3,8 +3,8 @@
 // test binary, in a temporary directory, on a free loopback port, with durability off for
 // speed; each test takes a database of its own from it (NewDatabase).
 //
-// A package using it runs its tests through Main, which stops the server and removes its
-// directory when the tests end:
+// A package using it runs its tests through Main (or Run), which stops the server and removes
+// its directory when the tests end:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
@@ -53,23 +53,22 @@ var (
 	dbSeq   atomic.Int64
 )
 
-// Main runs the tests of m, then stops the server if one was started, removes its directory and
-// exits with the tests' code. Call it from TestMain.
+// Main runs the tests of m through Run and exits with their code. Call it from TestMain.
 func Main(m *testing.M) { os.Exit(Run(m)) }
 
-// Run is Main for a TestMain with work of its own to do after the tests: it returns the tests'
-// code instead of exiting.
+// Run runs the tests of m, then stops the server if one was started and removes its directory,
+// and returns the tests' code: for a TestMain with clean-up of its own after the tests.
 func Run(m *testing.M) int {
 	mu.Lock()
 	inMain = true
 	mu.Unlock()
 	code := m.Run()
 	mu.Lock()
+	defer mu.Unlock()
 	if srv != nil {
 		srv.shutdown()
 		srv = nil
 	}
-	mu.Unlock()
 	return code
 }
 
@@ -89,7 +88,7 @@ func Start(t testing.TB) string {
 func running(t testing.TB) *server {
 	t.Helper()
 	if !inMain {
-		t.Fatal("pgtest: the package's TestMain must call pgtest.Main(m), which stops the server when the tests end")
+		t.Fatal("pgtest: the package's TestMain must call pgtest.Main(m) or pgtest.Run(m), which stop the server when the tests end")
 	}
 	if srv == nil && srvErr == nil && missing == "" {
 		srv, missing, srvErr = setUp()
