@@ -201,7 +201,7 @@ type server struct {
 // setUp finds PostgreSQL, creates the cluster and starts it. missing says what is not
 // installed; err is any other failure.
 func setUp() (s *server, missing string, err error) {
-	bin, missing := findBin()
+	bin, missing := findBin(debianBins)
 	if missing != "" {
 		return nil, missing, nil
 	}
@@ -256,10 +256,13 @@ func setUp() (s *server, missing string, err error) {
 	return s, "", nil
 }
 
-// findBin returns the directory holding initdb and pg_ctl: the newest Debian version, else
-// PATH; missing says what is not there.
-func findBin() (dir, missing string) {
-	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+// debianBins is where Debian's postgresql packages put initdb, one directory per version.
+const debianBins = "/usr/lib/postgresql/*/bin/initdb"
+
+// findBin returns the directory holding initdb and pg_ctl: the newest version matching the
+// glob debian, else PATH's; missing says what is not there.
+func findBin(debian string) (dir, missing string) {
+	found, _ := filepath.Glob(debian)
 	version := func(path string) int {
 		v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
 		return v
