@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,11 @@ const (
 	// DefaultSweepBatch is how many rows one sweep statement deletes at most, so that a backlog
 	// is deleted in short statements that never hold many locks for long.
 	DefaultSweepBatch = 1000
+	// DefaultMaxConns is the pool size of one instance when the URL names none
+	// (pool_max_conns): pgx's own default, four on a small machine, makes a burst of charges
+	// queue for a connection while each statement takes a millisecond. A fleet's instances times
+	// this must stay under the server's max_connections (100 by default).
+	DefaultMaxConns = 16
 )
 
 // Options configure a Store; every zero value means the documented default.
@@ -140,6 +146,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, errors.New("pgstore: the database URL does not parse: " + scrub(err.Error(), url))
 	}
 	where := redact(url)
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	// A database that accepts the TCP connection and then says nothing (a stopped process, a
 	// black-holed route) must fail the connection attempt as fast as a query.
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
