@@ -59,6 +59,23 @@ func IsUnavailable(err error) bool {
 	return false
 }
 
+// connectionLost reports whether err says the connection itself is gone (the server shut down
+// or restarted, the connection was reset or closed, a connection exception), as opposed to a
+// slow answer: a timeout leaves the pool as it is, since reconnecting everything under load
+// would only add to it.
+func connectionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	for _, target := range []error{pgconn.ErrConnClosed, io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.EPIPE, net.ErrClosed} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
 // unavailableCode reports whether a SQLSTATE says the server cannot serve now rather than
 // something about the statement or its data.
 func unavailableCode(code string) bool {
@@ -86,6 +103,12 @@ func unavailableCode(code string) bool {
 // fail wraps err from the call described by what ("claim \"key\""), adding
 // payrouter.ErrStateUnavailable and the database it could not use when err says so.
 func (s *Store) fail(what string, err error) error {
+	if connectionLost(err) {
+		// The server restarted or the network dropped: every pooled connection is as dead as
+		// this one, and each would fail one more request once the database is back. Closing
+		// them all now makes the next call connect afresh.
+		s.pool.Reset()
+	}
 	if IsUnavailable(err) {
 		return fmt.Errorf("pgstore: %s: %w (%s): %w", what, payrouter.ErrStateUnavailable, s.where, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,5 +153,32 @@ func TestErrorsRedactThePassword(t *testing.T) {
 	}
 	if err := Migrate(t.Context(), "postgres://payrouter:s3cr3t-pw@127.0.0.1:1/x"); err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("Migrate of an unreachable database = %v; want an error without the password", err)
+	}
+}
+
+// TestNoDeadConnectionsAfterARestart: connections pooled before the database restarted are
+// dead. Once one call has met the outage, none of them is handed out again: every call after the
+// database is back succeeds at once, none fails on a connection from before (the contract's
+// "the earlier charge reads as it was" once the database is back).
+func TestNoDeadConnectionsAfterARestart(t *testing.T) {
+	s := open(t, pgtest.NewDatabase(t), Options{})
+	var wg sync.WaitGroup
+	for range 8 { // several pooled connections, all idle afterwards
+		wg.Go(func() {
+			if _, err := s.Charge(t.Context(), "ch_none"); !errors.Is(err, payrouter.ErrNotFound) {
+				t.Errorf("before the restart: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	pgtest.Stop(t)
+	if err := s.Ping(t.Context()); !errors.Is(err, payrouter.ErrStateUnavailable) {
+		t.Fatalf("Ping with the database stopped = %v; want ErrStateUnavailable", err)
+	}
+	pgtest.Start(t)
+	for i := range 8 {
+		if _, err := s.Charge(t.Context(), "ch_none"); !errors.Is(err, payrouter.ErrNotFound) {
+			t.Errorf("call %d once the database is back: %v; want it answered", i+1, err)
+		}
 	}
 }
