@@ -64,7 +64,8 @@ func chargeArgs(what string, c *payrouter.Charge) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %s %s: encoding: %w", what, c.ID, err)
 	}
-	return []any{c.ID, string(c.Status), doc, c.CreatedAt}, nil
+	// The document goes as text: []byte is bytea to pgx's simple and exec protocols (a pooler's).
+	return []any{c.ID, string(c.Status), string(doc), c.CreatedAt}, nil
 }
 
 // SaveCharge creates or replaces the charge with c.ID, without its payment method

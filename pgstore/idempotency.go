@@ -159,12 +159,13 @@ RETURNING 1`
 
 // completeArgs are completeSQL's arguments $1-$8.
 func completeArgs(h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) ([]any, error) {
-	var header []byte
+	var header any // NULL: none; else JSON as text, which every pgx protocol sends as such
 	if len(rec.Header) > 0 {
-		var err error
-		if header, err = json.Marshal(rec.Header); err != nil {
+		b, err := json.Marshal(rec.Header)
+		if err != nil {
 			return nil, fmt.Errorf("encoding the header: %w", err)
 		}
+		header = string(b)
 	}
 	var created any // NULL: now()
 	if !rec.CreatedAt.IsZero() {

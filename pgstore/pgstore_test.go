@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/payrouter/payrouter"
@@ -16,6 +17,23 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // each, so that every subtest also opens on an already migrated database.
 func TestStore(t *testing.T) {
 	url := pgtest.NewDatabase(t)
+	storetest.Run(t, func(t *testing.T) payrouter.Store {
+		s := open(t, url, Options{})
+		truncate(t, s)
+		return s
+	})
+}
+
+// TestStoreSimpleProtocol runs the suite with pgx's simple protocol, the mode a transaction
+// pooler (PgBouncer) in front of the database needs: every argument must mean the same there,
+// JSON documents included (sent as bytea, they were refused).
+func TestStoreSimpleProtocol(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	url += sep + "default_query_exec_mode=simple_protocol"
 	storetest.Run(t, func(t *testing.T) payrouter.Store {
 		s := open(t, url, Options{})
 		truncate(t, s)

@@ -33,7 +33,7 @@ func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
 INSERT INTO refunds (id, charge_id, status, refund) VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO UPDATE SET
 	charge_id = excluded.charge_id, status = excluded.status, refund = excluded.refund,
-	updated_at = now()`, r.ID, r.ChargeID, string(r.Status), doc)
+	updated_at = now()`, r.ID, r.ChargeID, string(r.Status), string(doc))
 	if err != nil {
 		return s.fail("save refund "+r.ID, err)
 	}
@@ -73,7 +73,7 @@ func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var id int64
-	err = s.pool.QueryRow(ctx, `INSERT INTO tasks (task, not_before) VALUES ($1, $2) RETURNING id`, doc, notBefore).Scan(&id)
+	err = s.pool.QueryRow(ctx, `INSERT INTO tasks (task, not_before) VALUES ($1, $2) RETURNING id`, string(doc), notBefore).Scan(&id)
 	if err != nil {
 		return "", s.fail(fmt.Sprintf("enqueue %s task of charge %s", t.Kind, t.ChargeID), err)
 	}
