@@ -6,31 +6,48 @@
 // The measurements are the TestBench... tests; they are skipped unless PAYROUTER_BENCH=1, which
 // `make bench` sets, so that `go test ./...` stays fast:
 //
-//	TestBenchFastFail          (a) every breaker forced open: payrouter's 503 gateways-unavailable
-//	                           against a bare echo server (bench/bare503) answering the same bytes
-//	TestBenchHealthyPath       (b) POST /charge through payrouter to the simulated Paywell against
-//	                           calling the simulator's POST /v1/charges directly
-//	TestBenchRedisHealthyPath  (c) the same charges through two payrouters side by side, one with
-//	                           its state in memory, one with state.redis_url on a redis-server the
-//	                           test starts: the price of sharing state (target: at least 0.9x the
-//	                           requests per second; printed, never asserted)
-//	TestBenchRedisCommands     (d) the Redis commands a charge costs, by command, from the server's
-//	                           INFO commandstats, less the idle instance's background commands
-//	                           (health ping, the fleet's refresh), counted apart with no traffic
-//	TestBenchBreakerAgreement  (e) two payrouters on one Redis: failing charges through A until its
-//	                           paywell/charge breaker opens, then the time until B's admin API
-//	                           shows it open (p50, p90, p99, max over the rounds)
-//	TestBenchHedge             (f) a route [paywell, ding] with paywell answering 2% of its calls
-//	                           1s late: no hedge against hedge {after: p95}, p50/p99 and gateway
-//	                           calls per charge, for captured and for authorize-only charges
+//	TestBenchFastFail             (a) every breaker forced open: payrouter's 503
+//	                              gateways-unavailable against a bare echo server (bench/bare503)
+//	                              answering the same bytes
+//	TestBenchHealthyPath          (b) POST /charge through payrouter to the simulated Paywell
+//	                              against calling the simulator's POST /v1/charges directly
+//	TestBenchDatabaseHealthyPath  (c) the same charges through two payrouters side by side, one
+//	                              with its money state in memory, one with state.database_url on
+//	                              a database of pgtest's throwaway PostgreSQL: the price of a
+//	                              durable, shared home for money (req/s and latency ratios)
+//	TestBenchDatabaseRoundTrips   (d) the database statements (each a round trip) a request costs
+//	                              on the database store, by statement, with the WAL they write: a
+//	                              charge on the healthy path, a replay of an answered key, a 402
+//	                              decline; from PostgreSQL's own pg_stat_statements, less the idle
+//	                              instance's background statements (the reconciler's and the
+//	                              worker's polls), counted apart over the same time
+//	TestBenchBreakerAgreement     (e) two payrouters on one Redis (and one database): failing
+//	                              charges through A until its paywell/charge breaker opens, then
+//	                              the time until B's admin API shows it open (p50, p90, p99, max)
+//	TestBenchHedge                (f) a route [paywell, ding] with paywell answering 2% of its
+//	                              calls 1s late: no hedge against hedge {after: p95}, p50/p99 and
+//	                              gateway calls per charge, for captured and authorize-only charges
+//	TestBenchFastFailDatabase     (g) (a) on the database store: every breaker forced open, the 503
+//	                              of a payrouter on state.database_url against one in memory
+//	                              (req/s ratio), and the database statements per fast-failed
+//	                              charge, by statement, counted as in (d) (issue 11's goal: none)
 //
 // Each baseline and its subject run alternately (A B B A A B ...) after a warm-up of both, so that
 // drift on the machine hits both alike; the report shows each pair's ratio beside the pooled one,
-// so a reader can see how much the noise moved them. (d) and (e) count and time events rather
-// than compare two servers, so they have no baseline.
+// so a reader can see how much the noise moved them. (d), (e) and the counts of (g) count and time
+// events rather than compare two servers, so they have no baseline.
 //
-// The same Redis measurements without HTTP are in resilience/fleetbench_test.go, which `make
-// bench` also runs: TestBenchFleetAgreement (B's breaker opening after A's, in process) and
-// TestBenchBreakerOnRedis (payrouter's Guard with a Fleet against gobreaker's
-// DistributedCircuitBreaker on the same Redis, 16 callers of a 1 ms gateway).
+// The database benchmarks share one PostgreSQL per test binary (pgstore/pgtest, started from
+// TestMain only when one of them runs), each test with a database of its own; pgtest runs it
+// without fsync or synchronous commit, so a commit costs less here than in production. To count
+// statements the first of them to run loads pg_stat_statements into it (shared_preload_libraries,
+// set with ALTER SYSTEM, then a restart), so that all of them measure the same server; without
+// the extension installed they count transactions (pg_stat_database) instead, the same number
+// for payrouter's single-statement calls, with no breakdown.
+//
+// The Redis measurements without HTTP (Redis holds only breakers, forced states and leases) are
+// in resilience/fleetbench_test.go, which `make bench` also runs: TestBenchFleetAgreement (B's
+// breaker opening after A's, in process) and TestBenchBreakerOnRedis (payrouter's Guard with a
+// Fleet against gobreaker's DistributedCircuitBreaker on the same Redis, 16 callers of a 1 ms
+// gateway).
 package bench

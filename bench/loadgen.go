@@ -22,8 +22,13 @@ type Target struct {
 	Name string
 	// URL is where every request is POSTed.
 	URL string
-	// Header is sent with every request. Idempotency-Key is added, fresh for each request.
+	// Header is sent with every request. Idempotency-Key is added, fresh for each request unless
+	// Keys are given.
 	Header http.Header
+	// Keys, when not empty, are the Idempotency-Keys to send instead of fresh ones, in turn over
+	// the Load's workers (the first request sends Keys[0], the next Keys[1], ..., then Keys[0]
+	// again): a load of replays, when each key has been answered already.
+	Keys []string
 	// Body is sent with every request.
 	Body []byte
 	// Want is the status every answer must have; any other is counted as Unexpected.
@@ -49,6 +54,8 @@ type Load struct {
 	target  Target
 	workers int
 	client  *http.Client
+	// sent counts the requests started, to take the next of target.Keys.
+	sent atomic.Uint64
 }
 
 // NewLoad returns a Load of workers concurrent workers on t, with its own connection pool so that
@@ -94,7 +101,7 @@ func (l *Load) Run(ctx context.Context, d time.Duration) Sample {
 			// the clock is running.
 			r.lat = make([]time.Duration, 0, 4096)
 			for now := time.Now(); now.Before(deadline) && ctx.Err() == nil; {
-				status, err := l.once(ctx)
+				status, answer, err := l.once(ctx)
 				end := time.Now()
 				r.lat = append(r.lat, end.Sub(now))
 				switch {
@@ -106,7 +113,7 @@ func (l *Load) Run(ctx context.Context, d time.Duration) Sample {
 				case status != l.target.Want:
 					r.unexpected++
 					if r.firstBad == "" {
-						r.firstBad = fmt.Sprintf("status %d, want %d", status, l.target.Want)
+						r.firstBad = fmt.Sprintf("status %d, want %d: %s", status, l.target.Want, answer)
 					}
 				}
 				now = end
@@ -128,26 +135,36 @@ func (l *Load) Run(ctx context.Context, d time.Duration) Sample {
 	return s
 }
 
-// once sends one request with a fresh Idempotency-Key and reads the whole answer, so that the
-// connection goes back to the pool and the time covers the full response.
-func (l *Load) once(ctx context.Context) (int, error) {
+// once sends one request with a fresh Idempotency-Key (or the next of the target's Keys) and
+// reads the whole answer, so that the connection goes back to the pool and the time covers the
+// full response. An answer of another status than the target's is returned (its first 300 bytes)
+// for the report; the expected ones are read and dropped.
+func (l *Load) once(ctx context.Context) (status int, unexpected string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.target.URL, bytes.NewReader(l.target.Body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	h := make(http.Header, len(l.target.Header)+1)
 	for k, v := range l.target.Header {
 		h[k] = v // shared, never modified
 	}
-	h["Idempotency-Key"] = []string{keyPrefix + strconv.FormatUint(keySeq.Add(1), 10)}
+	if keys := l.target.Keys; len(keys) > 0 {
+		h["Idempotency-Key"] = []string{keys[(l.sent.Add(1)-1)%uint64(len(keys))]}
+	} else {
+		h["Idempotency-Key"] = []string{keyPrefix + strconv.FormatUint(keySeq.Add(1), 10)}
+	}
 	req.Header = h
 	resp, err := l.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != l.target.Want {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		unexpected = string(b)
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, err
+	return resp.StatusCode, unexpected, err
 }
 
 // Sample is what one or more runs of a Load measured.

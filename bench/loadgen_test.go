@@ -79,3 +79,32 @@ func TestLoadRun(t *testing.T) {
 		t.Errorf("rate %v, p50 %v: want both above 0", s.Rate(), s.Quantile(0.5))
 	}
 }
+
+func TestLoadRunKeys(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	keys := []string{"a", "b", "c"}
+	l := NewLoad(Target{Name: "test", URL: srv.URL, Keys: keys, Want: http.StatusCreated}, 4)
+	defer l.Close()
+	s := l.Run(t.Context(), 50*time.Millisecond)
+	if s.Requests < len(keys) || s.Unexpected != 0 || s.Errors != 0 {
+		t.Fatalf("Requests %d, Unexpected %d, Errors %d: want at least %d requests, all 201", s.Requests, s.Unexpected, s.Errors, len(keys))
+	}
+	// In turn: each key sent s.Requests/3 times, give or take one.
+	for _, k := range keys {
+		if n := seen[k]; n < s.Requests/len(keys) || n > s.Requests/len(keys)+1 {
+			t.Errorf("key %q sent %d times of %d requests; want the keys in turn", k, n, s.Requests)
+		}
+	}
+	if len(seen) != len(keys) {
+		t.Errorf("keys sent: %v; want only %v", seen, keys)
+	}
+}

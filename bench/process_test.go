@@ -129,8 +129,42 @@ func startProcess(t *testing.T, name, bin string, args ...string) *process {
 			_ = cmd.Process.Kill()
 			<-p.done
 		}
+		// The log goes with the test's directory: what it said went wrong is shown first.
+		if t.Failed() {
+			if lines := p.problems(10); lines != "" {
+				t.Logf("%s logged:\n%s", name, lines)
+			}
+		}
 	})
 	return p
+}
+
+// problems lists the warnings and errors of the process's log by message, with how often each
+// was logged and its first line, for at most n messages.
+func (p *process) problems(n int) string {
+	b, _ := os.ReadFile(p.log)
+	var msgs []string
+	first, count := map[string]string{}, map[string]int{}
+	for line := range strings.Lines(string(b)) {
+		var l struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &l) != nil || (l.Level != "WARN" && l.Level != "ERROR") {
+			continue
+		}
+		if count[l.Msg] == 0 {
+			msgs = append(msgs, l.Msg)
+			first[l.Msg] = strings.TrimSpace(line)
+		}
+		count[l.Msg]++
+	}
+	var out []string
+	for i, m := range msgs {
+		if i == n {
+			out = append(out, fmt.Sprintf("(and %d more messages)", len(msgs)-n))
+			break
+		}
+		out = append(out, fmt.Sprintf("%d x %s", count[m], first[m]))
+	}
+	return strings.Join(out, "\n")
 }
 
 // logTail is the end of the process's log, for failure messages.
@@ -226,8 +260,12 @@ func startSims(t *testing.T) *stack {
 // instanceOptions change an instance's configuration from benchConfig's; the zero value changes
 // nothing.
 type instanceOptions struct {
-	// redisURL, when not "", is state.redis_url: the instance keeps its state (breakers,
-	// idempotency keys, charges) in that Redis, shared with every instance pointed at it.
+	// databaseURL, when not "", is state.database_url: the instance keeps its money state
+	// (charges, refunds, idempotency keys, queued tasks) in that PostgreSQL, shared with every
+	// instance pointed at it, and migrates it at start. "": in memory.
+	databaseURL string
+	// redisURL, when not "", is state.redis_url: the instance shares its breakers, forced states
+	// and leases through that Redis (never money: it needs databaseURL too, or config refuses it).
 	redisURL string
 	// route is the gateways of the single route, in order; nil: gatewayNames.
 	route []string
@@ -256,13 +294,19 @@ const tripAfter = 5
 // any load here, so that what is measured is payrouter's work, not its refusals; the cooldown is
 // long, so that no breaker changes state in the middle of a measurement; one route tries every
 // gateway in turn (unless o says otherwise), so that the fast-fail path passes all three open
-// breakers. A Redis gets the timeout configs/payrouter-redis.yaml gives it.
+// breakers. The database and Redis get the timeouts configs/payrouter-redis.yaml gives them.
 func benchConfig(in *instance, sims map[string]string, o instanceOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: 10s\n", in.api, in.admin)
 	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
+	if o.databaseURL != "" || o.redisURL != "" {
+		b.WriteString("state:\n")
+	}
+	if o.databaseURL != "" {
+		fmt.Fprintf(&b, "  database_url: %q\n  database_timeout: 800ms\n", o.databaseURL)
+	}
 	if o.redisURL != "" {
-		fmt.Fprintf(&b, "state:\n  redis_url: %q\n  redis_timeout: 100ms\n", o.redisURL)
+		fmt.Fprintf(&b, "  redis_url: %q\n  redis_timeout: 100ms\n", o.redisURL)
 	}
 	b.WriteString("gateways:\n")
 	for _, name := range gatewayNames {
@@ -339,12 +383,19 @@ func (in *instance) payrouterCharge(want int) Target {
 // one sends t's request once, with its own client and key, and returns the whole answer.
 func one(t *testing.T, target Target) (*http.Response, []byte) {
 	t.Helper()
+	return send(t, target, keyPrefix+"probe-"+strconv.FormatUint(keySeq.Add(1), 10))
+}
+
+// send sends t's request once with Idempotency-Key key, with its own client, and returns the
+// whole answer, failing the test unless its status is target.Want.
+func send(t *testing.T, target Target, key string) (*http.Response, []byte) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, target.URL, bytes.NewReader(target.Body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header = target.Header.Clone()
-	req.Header.Set("Idempotency-Key", keyPrefix+"probe-"+strconv.FormatUint(keySeq.Add(1), 10))
+	req.Header.Set("Idempotency-Key", key)
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", target.Name, err)

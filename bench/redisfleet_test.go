@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
@@ -23,9 +24,9 @@ const (
 )
 
 // TestBenchBreakerAgreement measures how long a second instance takes to agree that a gateway is
-// down: two payrouter processes, A and B, sharing one Redis; paywell unavailable; charges through
-// A until A's paywell/charge breaker opens; then the time until B's GET /admin/breakers shows it
-// open, B having sent paywell nothing. The fleet promises this by Redis pub/sub within 100 ms
+// down: two payrouter processes, A and B, sharing one Redis (and one PostgreSQL, as a fleet
+// must); paywell unavailable; charges through A until A's paywell/charge breaker opens; then the
+// time until B's GET /admin/breakers shows it open, B having sent paywell nothing. The fleet promises this by Redis pub/sub within 100 ms
 // (DESIGN.md, Breakers), with a refresh every second as a safety net: a round that took about a
 // second would say that the message was lost and the refresh caught it.
 //
@@ -41,8 +42,9 @@ func TestBenchBreakerAgreement(t *testing.T) {
 	s := startSims(t)
 	// paywell alone on the route: the charge that trips its breaker is answered (503, no gateway
 	// left) straight after paywell's failure, with no failover call delaying the instant the
-	// clock starts from.
-	o := instanceOptions{redisURL: rs.URL(), route: []string{"paywell"}}
+	// clock starts from. A fleet sharing breakers shares its money state too (config refuses
+	// redis_url alone): one PostgreSQL database for both.
+	o := instanceOptions{databaseURL: pgtest.NewDatabase(t), redisURL: rs.URL(), route: []string{"paywell"}}
 	a := s.startPayrouter(t, "payrouter-a", o)
 	b := s.startPayrouter(t, "payrouter-b", o)
 	charge := a.payrouterCharge(http.StatusServiceUnavailable)

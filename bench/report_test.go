@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -92,4 +93,12 @@ func formatDifference(d time.Duration) string {
 		return "-" + formatDuration(-d)
 	}
 	return "+" + formatDuration(d)
+}
+
+// workersText is "1 worker" or "16 workers".
+func workersText(n int) string {
+	if n == 1 {
+		return "1 worker"
+	}
+	return strconv.Itoa(n) + " workers"
 }
