@@ -36,6 +36,10 @@ type State struct {
 	// DatabaseTimeout bounds every database call: a database that does not answer turns into
 	// 503 state-unavailable within it. default 800ms
 	DatabaseTimeout time.Duration `yaml:"database_timeout"`
+	// DatabaseMigrate: serve applies the schema's migrations at start (true, the default), or
+	// only checks the schema is current and refuses to start otherwise (false: for a database
+	// reached through a transaction-mode pooler, with `payrouter migrate` run beforehand).
+	DatabaseMigrate bool `yaml:"database_migrate"`
 	// RedisURL is Redis shared by the fleet for breakers, forced states, fleet events and leases:
 	// ephemeral, never money. Empty: breakers are this instance's own.
 	RedisURL string `yaml:"redis_url"`

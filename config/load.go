@@ -146,6 +146,9 @@ func applyDefaults(c *Config, present map[string]bool) {
 	defDuration(&c.Idempotency.TTL, present["idempotency.ttl"], defaultIdempotencyTTL)
 	defDuration(&c.State.RedisTimeout, present["state.redis_timeout"], defaultRedisTimeout)
 	defDuration(&c.State.DatabaseTimeout, present["state.database_timeout"], defaultDatabaseTimeout)
+	if !present["state.database_migrate"] {
+		c.State.DatabaseMigrate = true
+	}
 
 	for name, g := range c.Gateways {
 		p := join("gateways", name) + "."

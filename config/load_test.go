@@ -108,7 +108,7 @@ gateways:
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []string{"k"}},
-		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond},
+		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true},
 		Idempotency:    Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},

@@ -43,6 +43,32 @@ func Migrate(ctx context.Context, url string) error {
 	return err
 }
 
+// checkSchema fails unless the database at cfg already has every migration of this version, for
+// an Open that does not migrate (Options.NoMigrate): it takes no lock, so it works through a
+// transaction-mode pooler, which session advisory locks do not.
+func checkSchema(ctx context.Context, cfg *pgx.ConnConfig, where string) error {
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("pgstore: checking the schema: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("pgstore: checking the schema: %w", err)
+	}
+	pending, err := provider.HasPending(ctx)
+	switch {
+	case err != nil && IsUnavailable(err):
+		return fmt.Errorf("pgstore: checking the schema of %s: %w: %w", where, payrouter.ErrStateUnavailable, err)
+	case err != nil:
+		return fmt.Errorf("pgstore: checking the schema of %s: %w", where, err)
+	case pending:
+		return fmt.Errorf("pgstore: the schema of %s is older than this version's: run `payrouter migrate` first (state.database_migrate is false)", where)
+	}
+	return nil
+}
+
 // migrate runs goose's Up through pgx's database/sql driver on a pool of its own, closed
 // before it returns, and returns the versions it applied.
 func migrate(ctx context.Context, cfg *pgx.ConnConfig, where string) ([]int64, error) {

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
@@ -85,4 +86,23 @@ func TestOpenConcurrentlyOnAnEmptyDatabase(t *testing.T) {
 	// Open again on the migrated database, as every restart does.
 	open(t, url, Options{})
 	wantEachAppliedOnce(t, url)
+}
+
+// TestNoMigrate: an instance told not to migrate (state.database_migrate: false, for a
+// transaction-mode pooler) refuses an old schema with a line saying what to run, and opens on a
+// current one without taking the migrations' lock.
+func TestNoMigrate(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	_, err := Open(t.Context(), url, Options{NoMigrate: true})
+	if err == nil || !strings.Contains(err.Error(), "payrouter migrate") {
+		t.Fatalf("Open without migrating on an empty database = %v; want it refused, naming payrouter migrate", err)
+	}
+	if err := Migrate(t.Context(), url); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), url, Options{NoMigrate: true})
+	if err != nil {
+		t.Fatalf("Open without migrating on a migrated database: %v", err)
+	}
+	s.Close()
 }

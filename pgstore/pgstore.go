@@ -82,6 +82,11 @@ type Options struct {
 	Log *slog.Logger
 	// Retention says what the background sweep deletes and how often it runs.
 	Retention Retention
+	// NoMigrate makes Open check that the schema is current instead of migrating it: for a
+	// database reached through a transaction-mode pooler, where the migrations' session lock
+	// cannot be held, with `payrouter migrate` run beforehand on a direct connection. false:
+	// Open migrates.
+	NoMigrate bool
 
 	// tracer sees every query (the benchmark counts round trips with it).
 	tracer pgx.QueryTracer
@@ -157,12 +162,18 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.tracer != nil {
 		cfg.ConnConfig.Tracer = opts.tracer
 	}
-	applied, err := migrate(ctx, cfg.ConnConfig.Copy(), where)
-	if err != nil {
-		return nil, err
-	}
-	if len(applied) > 0 {
-		opts.Log.InfoContext(ctx, "pgstore.migrated", "database", where, "versions", applied)
+	if opts.NoMigrate {
+		if err := checkSchema(ctx, cfg.ConnConfig.Copy(), where); err != nil {
+			return nil, err
+		}
+	} else {
+		applied, err := migrate(ctx, cfg.ConnConfig.Copy(), where)
+		if err != nil {
+			return nil, err
+		}
+		if len(applied) > 0 {
+			opts.Log.InfoContext(ctx, "pgstore.migrated", "database", where, "versions", applied)
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

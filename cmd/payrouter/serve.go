@@ -435,7 +435,9 @@ func (a *app) openStores(ctx context.Context, role string) error {
 	a.closers = append(a.closers, func() { mem.Close() })
 	a.store, a.forced = mem, mem
 	if url := a.cfg.State.DatabaseURL; url != "" && role == "serve" {
-		pg, err := pgstore.Open(ctx, url, pgstore.Options{Timeout: a.cfg.State.DatabaseTimeout, Log: a.log})
+		pg, err := pgstore.Open(ctx, url, pgstore.Options{
+			Timeout: a.cfg.State.DatabaseTimeout, Log: a.log, NoMigrate: !a.cfg.State.DatabaseMigrate,
+		})
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
 		}
