@@ -58,6 +58,12 @@ type IdempotencyStore interface {
 	Complete(ctx context.Context, h Hold, rec IdempotencyRecord, ttl time.Duration) error
 	// Release forgets a key held by h whose answer is not stored; nothing when h lost it.
 	Release(ctx context.Context, h Hold) error
+	// Peek tells what Claim would, without claiming and without writing anything: the stored
+	// record when the key completed with the same fingerprint, ErrMismatch with another,
+	// ErrInFlight while it is held, and (nil, nil) when it is free. It serves a request that
+	// will be refused anyway (every breaker open), which must still replay a key answered
+	// before, at the cost of one read.
+	Peek(ctx context.Context, key, fingerprint string) (*IdempotencyRecord, error)
 }
 
 // Forced is a state ops imposed on a breaker through the admin API; it holds until reset and

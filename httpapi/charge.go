@@ -316,9 +316,49 @@ func (s *server) createCharge(c echo.Context) error {
 	}
 	id := chargeIDFor(c.Get("key_scope").(string), key)
 	c.Set("charge_id", id) // for the request's span
-	return s.idempotent(c, key, fingerprint("POST /charge", in), func(hold payrouter.Hold) (answer, error) {
+	fp := fingerprint("POST /charge", in)
+	if u, ok := s.Router.FastFail(c.Request().Context(), chargeOf(id, in, payrouter.Hold{})); ok {
+		return s.fastFail(c, key, fp, u, s.currentCharge(c, id))
+	}
+	return s.idempotent(c, key, fp, func(hold payrouter.Hold) (answer, error) {
 		return s.runCharge(c, id, in, hold)
 	}, s.currentCharge(c, id))
+}
+
+// fastFail answers a charge no gateway can take now (routing.Router.FastFail) with one read of
+// the database and no write: a key answered before replays, a key in flight is 409, one used
+// with another body 422, and any other gets the honest 503, which is not stored (the client
+// sends the same key again after Retry-After).
+func (s *server) fastFail(c echo.Context, key, fp string, u *fallback.Unavailable, current func(ctx context.Context) (answer, bool, error)) error {
+	rec, err := s.Store.Peek(c.Request().Context(), c.Get("key_scope").(string)+":"+key, fp)
+	switch {
+	case errors.Is(err, payrouter.ErrInFlight):
+		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
+	case errors.Is(err, payrouter.ErrMismatch):
+		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
+	case err != nil:
+		return s.writeError(c, "idempotency.peek_failed", err)
+	case rec != nil:
+		return s.replay(c, rec, current)
+	}
+	a, err := s.chargeAnswer(c, nil, u)
+	if err != nil {
+		return err
+	}
+	for k, v := range a.header {
+		c.Response().Header().Set(k, v)
+	}
+	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
+}
+
+// chargeOf is the charge a valid request asks for, under id.
+func chargeOf(id string, in chargeInput, hold payrouter.Hold) *payrouter.Charge {
+	return &payrouter.Charge{
+		ID: id, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
+		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
+		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
+		Capture:       in.Capture, PinnedGateway: in.Gateway, Hold: hold,
+	}
 }
 
 // currentCharge renders the answer to a replayed charge from the charge as it stands now, so a
@@ -356,13 +396,7 @@ func idFor(prefix, scope, key string) string {
 
 // runCharge sends a valid charge through the router and shapes its answer.
 func (s *server) runCharge(c echo.Context, id string, in chargeInput, hold payrouter.Hold) (answer, error) {
-	ch := &payrouter.Charge{
-		ID: id, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
-		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
-		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
-		Capture:       in.Capture, PinnedGateway: in.Gateway, Hold: hold,
-	}
-	ch, err := s.Router.Charge(c.Request().Context(), ch)
+	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, in, hold))
 	a, aerr := s.chargeAnswer(c, ch, err)
 	var u *fallback.Unavailable
 	if aerr == nil && s.Router.LeavesFinalSave() && (err == nil || errors.As(err, &u) && u.ChargeID != "") {

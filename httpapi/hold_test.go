@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/gateways/sim"
 )
 
@@ -31,5 +32,34 @@ func TestSlowRequestKeepsItsKey(t *testing.T) {
 	}
 	if n := st.sims["paywell"].Stats().Requests + st.sims["ding"].Stats().Requests; n != 1 {
 		t.Errorf("one key: want one gateway call; got %d", n)
+	}
+}
+
+// TestFastFailStillReplays: with every breaker open (the path that answers without claiming the
+// key) a key answered before still replays its answer instead of a 503, a new key is 503 with
+// Retry-After, and nothing is kept of that 503: the same key is a first request afterwards.
+func TestFastFailStillReplays(t *testing.T) {
+	st := newStack(t, "")
+	body := `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`
+	if r := st.charge("before-1", body); r.status != http.StatusCreated {
+		t.Fatalf("a charge before the outage: want 201; got %d %s", r.status, r.body)
+	}
+	for _, g := range []string{"paywell", "ding"} {
+		st.domains.Breaker(g, payrouter.OpCharge).Force(payrouter.ForcedOpen)
+	}
+	r := st.charge("during-1", body)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a charge with every breaker open: want 503 with Retry-After; got %d %s", r.status, r.body)
+	}
+	if again := st.charge("before-1", body); again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a key answered before, sent again with every breaker open: want its 201 replayed; got %d %s", again.status, again.body)
+	}
+	for _, g := range []string{"paywell", "ding"} {
+		st.domains.Breaker(g, payrouter.OpCharge).Reset()
+	}
+	// Nothing was kept of the 503: the same key with another body is a first request.
+	other := `{"amount":2999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`
+	if r := st.charge("during-1", other); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the fast-failed key, with another body once the breakers closed: want a new 201; got %d %s", r.status, r.body)
 	}
 }

@@ -1071,6 +1071,13 @@ func (s *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duratio
 	return s.Store.Claim(ctx, key, fp, ttl)
 }
 
+func (s *flakyStore) Peek(ctx context.Context, key, fp string) (*payrouter.IdempotencyRecord, error) {
+	if err := s.fail(); err != nil {
+		return nil, err
+	}
+	return s.Store.Peek(ctx, key, fp)
+}
+
 func (s *flakyStore) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
 	if err := s.fail(); err != nil {
 		return nil, err

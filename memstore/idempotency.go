@@ -74,6 +74,31 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time
 	return nil, h, nil
 }
 
+// Peek tells what Claim would, without claiming (payrouter.IdempotencyStore).
+func (s *Store) Peek(ctx context.Context, key, fingerprint string) (*payrouter.IdempotencyRecord, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, errors.New("memstore: peek: empty key")
+	}
+	now := s.now()
+	s.idemMu.Lock()
+	defer s.idemMu.Unlock()
+	e, ok := s.idem[key]
+	switch {
+	case !ok || e.expired(now):
+		return nil, nil
+	case e.rec == nil && now.Before(e.heldUntil):
+		return nil, payrouter.ErrInFlight
+	case e.rec == nil:
+		return nil, nil
+	case e.fingerprint != fingerprint:
+		return nil, payrouter.ErrMismatch
+	}
+	return cloneRecord(e.rec), nil
+}
+
 // Renew extends h by holdFor (payrouter.IdempotencyStore); payrouter.ErrHoldLost when h is no
 // longer the key's claim or the key completed.
 func (s *Store) Renew(ctx context.Context, h payrouter.Hold, holdFor time.Duration) error {

@@ -99,6 +99,48 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time
 	return nil, payrouter.Hold{}, payrouter.ErrInFlight
 }
 
+// peekSQL reads a key's row as Claim would judge it, and writes nothing.
+const peekSQL = `
+SELECT fingerprint, status, header, body, created_at, expires_at > now(), status IS NULL AND held_until > now()
+FROM idempotency_keys WHERE key = $1`
+
+// Peek tells what Claim would, without claiming and without writing (payrouter.IdempotencyStore):
+// one read, so that a request refused anyway (every breaker open) costs the database no write.
+func (s *Store) Peek(ctx context.Context, key, fingerprint string) (*payrouter.IdempotencyRecord, error) {
+	if key == "" {
+		return nil, errors.New("pgstore: peek: empty key")
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var (
+		fp           string
+		status       *int32
+		header, body []byte
+		created      *time.Time
+		live, held   bool
+	)
+	err := s.pool.QueryRow(ctx, peekSQL, key).Scan(&fp, &status, &header, &body, &created, &live, &held)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, s.fail(fmt.Sprintf("peek %q", key), err)
+	case !live:
+		return nil, nil
+	case held:
+		return nil, payrouter.ErrInFlight
+	case status == nil:
+		return nil, nil // its hold ran out: free for the next claim
+	case fp != fingerprint:
+		return nil, payrouter.ErrMismatch
+	}
+	rec, err := record(fp, *status, header, body, created)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: peek %q: %w", key, err)
+	}
+	return rec, nil
+}
+
 // record builds the stored answer from its columns.
 func record(fingerprint string, status int32, header, body []byte, created *time.Time) (*payrouter.IdempotencyRecord, error) {
 	rec := &payrouter.IdempotencyRecord{Fingerprint: fingerprint, Status: int(status), Body: body}

@@ -224,6 +224,38 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	return c, nil
 }
 
+// FastFail answers a charge that no gateway can take now, every candidate's charge breaker being
+// open (tripped within its cooldown, or forced), the way Charge would (every attempt
+// breaker_open, counted as Charge counts them), but without storing anything: ok is false, and
+// nothing counted, when any candidate would admit a call, and then Charge decides. It lets an
+// outage at the gateways cost the database no write: the caller only looks the key up
+// (payrouter.IdempotencyStore.Peek), so that a key answered before still replays.
+func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.Unavailable, bool) {
+	tab := r.table()
+	_, candidates, err := r.candidates(tab, c)
+	if err != nil || len(candidates) == 0 {
+		return nil, false
+	}
+	for _, name := range candidates {
+		if g := tab.set.Guard(name, payrouter.OpCharge); g == nil || g.Breaker().State() != resilience.StateOpen {
+			return nil, false
+		}
+	}
+	attempts := make([]payrouter.Attempt, 0, len(candidates))
+	for i, name := range candidates {
+		// Through the guard, so that the refusal is counted and traced as Charge's would be;
+		// should the breaker have turned half-open since, the call it admits sends nothing
+		// (excluded from its counts, its trial handed back) and Charge decides instead.
+		res, d := tab.set.Guard(name, payrouter.OpCharge).Do(resilience.WithAttempt(ctx, i+1, false),
+			func(context.Context) payrouter.Result { return notCalled })
+		if res.Outcome != payrouter.OutcomeBreakerOpen {
+			return nil, false
+		}
+		attempts = append(attempts, payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d})
+	}
+	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, r.openUntil, r.now()), true
+}
+
 // existing looks for a charge stored under c's id before: its request's instance died mid-call,
 // and the Idempotency-Key it was sent with was free again (charge ids derive from the key). Such
 // a charge may have been approved, so it is answered as it stands (looked up at its gateway
@@ -284,7 +316,7 @@ func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) 
 
 // notCalled is the result of a call abandoned before the gateway was reached: excluded from the
 // breaker's counts like any malformed request of ours.
-var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored"}
+var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}
 
 // attempt tries the candidates in order and leaves the charge's status set. It reports true when
 // no gateway took the charge and none may have: the charge's fallback answers.

@@ -99,3 +99,38 @@ func TestStalledHolderSendsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestFastFail: with every candidate's breaker open, FastFail answers as Charge would (every
+// attempt breaker_open, in route order) and calls no gateway; with any candidate able to take a
+// call it declines, and Charge decides.
+func TestFastFail(t *testing.T) {
+	f := newFixture(t)
+	if _, ok := f.router.FastFail(t.Context(), newCharge()); ok {
+		t.Fatal("FastFail with every breaker closed: want it to decline")
+	}
+	f.dom.Breaker("paywell", payrouter.OpCharge).Force(payrouter.ForcedOpen)
+	f.dom.Breaker("ding", payrouter.OpCharge).Force(payrouter.ForcedOpen)
+	if _, ok := f.router.FastFail(t.Context(), newCharge()); ok {
+		t.Fatal("FastFail with tranglo's breaker closed: want it to decline")
+	}
+	f.dom.Breaker("tranglo", payrouter.OpCharge).Force(payrouter.ForcedOpen)
+	u, ok := f.router.FastFail(t.Context(), newCharge())
+	if !ok {
+		t.Fatal("FastFail with every breaker open: want the 503 answer")
+	}
+	got := ""
+	for _, a := range u.Attempts {
+		got += a.Gateway + "/" + string(a.Outcome) + " "
+	}
+	if got != "paywell/breaker_open ding/breaker_open tranglo/breaker_open " {
+		t.Errorf("FastFail's attempts = %q; want every gateway breaker_open in route order", got)
+	}
+	for name, gw := range f.gw {
+		if len(gw.calls) != 0 {
+			t.Errorf("%s was called %v by a charge every breaker refused", name, gw.calls)
+		}
+	}
+	if u.RetryAfterSeconds() < 1 {
+		t.Errorf("Retry-After %d; want at least 1", u.RetryAfterSeconds())
+	}
+}

@@ -461,3 +461,35 @@ func testCompleteCharge(t *testing.T, s payrouter.Store) {
 		t.Error("CompleteCharge with a nil charge: no error")
 	}
 }
+
+// testPeek: Peek answers what Claim would, and takes nothing: a key peeked at is still free.
+func testPeek(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	if rec, err := s.Peek(ctx, "k-peek", fpA); rec != nil || err != nil {
+		t.Fatalf("Peek of a new key = %+v, %v; want nothing", rec, err)
+	}
+	h := mustClaimNew(t, s, "k-peek", fpA) // the peek took nothing
+	if _, err := s.Peek(ctx, "k-peek", fpA); !errors.Is(err, payrouter.ErrInFlight) {
+		t.Fatalf("Peek of a held key = %v; want ErrInFlight", err)
+	}
+	rec := newRecord(fpA)
+	mustComplete(t, s, h, rec, longTTL)
+	got, err := s.Peek(ctx, "k-peek", fpA)
+	if err != nil {
+		t.Fatalf("Peek of a completed key: %v", err)
+	}
+	if d := diffRecord(got, rec); d != "" {
+		t.Fatalf("Peek of a completed key: %s", d)
+	}
+	if _, err := s.Peek(ctx, "k-peek", fpB); !errors.Is(err, payrouter.ErrMismatch) {
+		t.Fatalf("Peek with another fingerprint = %v; want ErrMismatch", err)
+	}
+	mustClaimNewFor(t, s, "k-peek-held", fpA, shortTTL)
+	waitFor(t, "a hold to run out, seen by Peek", func() (bool, error) {
+		rec, err := s.Peek(ctx, "k-peek-held", fpA)
+		if errors.Is(err, payrouter.ErrInFlight) {
+			return false, nil
+		}
+		return rec == nil && err == nil, err
+	})
+}

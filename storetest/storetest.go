@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"idempotency/complete without a live claim", testCompleteUnclaimed},
 		{"idempotency/a stalled holder is fenced off", testHoldLost},
 		{"idempotency/renew", testRenew},
+		{"idempotency/peek", testPeek},
 		{"idempotency/release", testRelease},
 		{"idempotency/records are isolated", testRecordIsolation},
 		{"idempotency/completed record expires", testCompletedExpiry},
