@@ -247,6 +247,7 @@ var statementNames = []struct{ contains, name string }{
 	{"WITH hold AS", "save the charge, fenced by the hold (SaveCharge)"},
 	{"INSERT INTO charges", "save the charge (SaveCharge)"},
 	{"SELECT charge FROM charges WHERE id", "read the charge (Charge)"},
+	{"FROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
 	{"DELETE FROM idempotency_keys WHERE key = $1 AND token", "release the key (Release)"},
 	{"UPDATE idempotency_keys SET held_until", "renew the hold (Renew)"},
 	{"UPDATE idempotency_keys", "complete the key (Complete)"},
@@ -442,6 +443,7 @@ func TestStatementName(t *testing.T) {
 	tests := []struct{ query, want string }{
 		{"\nWITH claimed AS (\n\tINSERT INTO idempotency_keys AS k (key) VALUES ($1)", "claim the key (Claim)"},
 		{"SELECT charge FROM charges WHERE id = $1", "read the charge (Charge)"},
+		{"\nSELECT fingerprint, status, header, body, created_at, expires_at > now(), status IS NULL AND held_until > now()\nFROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
 		{"\nDELETE FROM idempotency_keys\nWHERE key = $1 AND token = $2 AND (status IS NULL)", "release the key (Release)"},
 		{"\nDELETE FROM idempotency_keys WHERE key IN (\n\tSELECT key FROM idempotency_keys WHERE expires_at <= now()", "retention sweep: expired keys"},
 		{"\nDELETE FROM charges WHERE id IN (\n\tSELECT id FROM charges\n\tWHERE status <> $2", "retention sweep: charges"},
