@@ -247,7 +247,7 @@ var statementNames = []struct{ contains, name string }{
 	{"WITH hold AS", "save the charge, fenced by the hold (SaveCharge)"},
 	{"INSERT INTO charges", "save the charge (SaveCharge)"},
 	{"SELECT charge FROM charges WHERE id", "read the charge (Charge)"},
-	{"FROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
+	{"held_until > now() FROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
 	{"DELETE FROM idempotency_keys WHERE key = $1 AND token", "release the key (Release)"},
 	{"UPDATE idempotency_keys SET held_until", "renew the hold (Renew)"},
 	{"UPDATE idempotency_keys", "complete the key (Complete)"},
