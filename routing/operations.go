@@ -259,6 +259,14 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 			}
 			r.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
 				"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+			if prev.Status == payrouter.RefundPending || prev.Status == payrouter.RefundQueued {
+				// Not settled, and what the stopped instance queued to settle it may be gone with
+				// it (a refund stored before this version queued its task first): a task of its
+				// own, at once. Sent twice, a refund is applied once (its reference).
+				if err := r.enqueueRefund(ctx, prev, time.Time{}); err != nil {
+					return nil, fmt.Errorf("queueing refund %s again: %w", id, err)
+				}
+			}
 			return prev, nil
 		case !errors.Is(err, payrouter.ErrNotFound):
 			return nil, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
@@ -286,14 +294,19 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 		ID: id, ChargeID: c.ID, Amount: amount, Currency: c.Currency, Status: payrouter.RefundPending,
 		Gateway: c.Gateway, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,
 	}
-	// Stored before it is sent: whatever happens to this process, the refund is on record.
+	// Before it is sent, two writes, in this order. First a task that finds out once this
+	// request is over, should this process die before the gateway's answer is stored: it sends
+	// the refund again with the same reference (applied once), or finds it settled and does
+	// nothing. Then the refund itself, on record whatever happens to this process. Should the
+	// process die between the two, the task finds no refund, and nothing was sent or promised;
+	// the other order left a pending refund that nothing would ever send (found by the chaos
+	// check: a refund answered 202 pending after its first instance was killed, never applied).
+	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+r.timeout(c.Gateway, payrouter.OpRefund))); err != nil {
+		return nil, fmt.Errorf("queueing the task that finishes refund %s of charge %s, before sending it: %w", rf.ID, c.ID, err)
+	}
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
 		return nil, fmt.Errorf("storing refund of charge %s before sending it: %w", c.ID, err)
 	}
-	// And a task that finds out, once this request is over, should this process die before the
-	// gateway's answer is stored: it sends the refund again with the same reference (applied
-	// once), or finds it settled and does nothing.
-	r.enqueueRefund(ctx, rf, now.Add(r.budget+r.timeout(c.Gateway, payrouter.OpRefund)))
 	res, d := r.sendRefund(ctx, gw, c, rf)
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
@@ -457,8 +470,11 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	}
 	rf, err := r.refunds.Refund(ctx, t.RefundID)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		r.log.ErrorContext(ctx, "task.refund_missing", "refund_id", t.RefundID, "charge_id", t.ChargeID)
-		return nil // nothing can ever send it; kept, it would come back for ever
+		// Its request queued this task and then stopped before storing the refund (Refund):
+		// nothing was sent, and the caller was promised nothing.
+		r.log.WarnContext(ctx, "task.refund_never_stored", "refund_id", t.RefundID, "charge_id", t.ChargeID,
+			"then", "nothing to send: its request stopped before the refund was stored")
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("loading refund %s: %w", t.RefundID, err)

@@ -465,30 +465,47 @@ func (brokenQueue) Enqueue(context.Context, payrouter.Task) (string, error) {
 
 // A refund that cannot be queued is never answered as queued.
 func TestRefundThatCannotBeQueued(t *testing.T) {
-	cases := []struct {
-		name    string
-		answer  payrouter.Result
-		wantErr string
-		want    payrouter.RefundStatus
-	}{
-		{"not sent: failed, and the caller may ask again", opUnavailable, "unavailable:refund", payrouter.RefundFailed},
-		{"maybe sent: left pending, an error", opTimeout, string(payrouter.EInternal), payrouter.RefundPending},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	// The task that finishes a refund is queued before anything else: a refund whose task cannot
+	// be queued is not sent and not stored, and the caller is told so (and may ask again).
+	for _, answer := range []payrouter.Result{opUnavailable, opTimeout} {
+		t.Run(string(answer.Outcome), func(t *testing.T) {
 			f := newOpsFixture(t)
 			f.router.queue = brokenQueue{f.store}
 			f.charge(t, payrouter.StatusSucceeded)
-			f.gw.set(payrouter.OpRefund, tc.answer)
-			rf, err := f.router.Refund(t.Context(), "ch_test", 0, "")
-			if errKind(err) != tc.wantErr || rf != nil {
-				t.Fatalf("got %+v, %v; want no refund and %s", rf, err, tc.wantErr)
+			f.gw.set(payrouter.OpRefund, answer)
+			rf, err := f.router.Refund(t.Context(), "ch_test", 0, "re_unqueued")
+			if err == nil || rf != nil {
+				t.Fatalf("got %+v, %v; want no refund and an error", rf, err)
 			}
-			id := strings.TrimPrefix(f.gw.Calls()[0], "refund:")
-			if got, _ := f.store.Refund(t.Context(), id); got == nil || got.Status != tc.want {
-				t.Errorf("stored refund %+v, want %s", got, tc.want)
+			if calls := f.gw.Calls(); len(calls) != 0 {
+				t.Errorf("gateway calls %v; want none for a refund whose task could not be queued", calls)
+			}
+			if got, err := f.store.Refund(t.Context(), "re_unqueued"); !errors.Is(err, payrouter.ErrNotFound) {
+				t.Errorf("stored refund %+v, %v; want none", got, err)
 			}
 		})
+	}
+}
+
+// TestRefundAskedAgainIsQueued is the chaos check's finding: a refund left pending by an
+// instance that died after storing it, asked again by its key, gets a task of its own, so that it
+// is sent (and applied once) rather than left pending for ever.
+func TestRefundAskedAgainIsQueued(t *testing.T) {
+	f := newOpsFixture(t)
+	f.charge(t, payrouter.StatusSucceeded)
+	now := time.Now().UTC()
+	pending := &payrouter.Refund{ID: "re_left", ChargeID: "ch_test", Amount: 1999, Currency: "USD", Status: payrouter.RefundPending,
+		Gateway: "paywell", Reference: payrouter.RefundReference("re_left"), CreatedAt: now, UpdatedAt: now}
+	if err := f.store.SaveRefund(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+	rf, err := f.router.Refund(t.Context(), "ch_test", 0, "re_left")
+	if err != nil || rf.Status != payrouter.RefundPending {
+		t.Fatalf("the pending refund asked again: %+v, %v; want it as it stands", rf, err)
+	}
+	f.work(t)
+	if got, _ := f.store.Refund(t.Context(), "re_left"); got == nil || got.Status != payrouter.RefundSucceeded {
+		t.Errorf("the pending refund after the worker ran: %+v; want it sent and succeeded", got)
 	}
 }
 
