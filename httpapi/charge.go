@@ -438,10 +438,25 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 		p.ChargeID, p.Gateway, p.DeclineCode, p.Attempts = ch.ID, ch.Gateway, ch.DeclineCode, attemptViews(ch.Attempts)
 		return jsonAnswer(p.Status, "application/problem+json", p)
 	default:
-		p := newProblem(payrouter.EGatewayError, "the gateway refused the request as malformed; payrouter has logged it")
+		detail := "the gateway refused the request as malformed; payrouter has logged it"
+		if !refusedAsMalformed(ch.Attempts) {
+			// A charge first answered 202 and found later never to have been taken anywhere.
+			detail = "no gateway took the charge and nothing was charged; send a new request with a new Idempotency-Key to try again"
+		}
+		p := newProblem(payrouter.EGatewayError, detail)
 		p.ChargeID, p.Gateway, p.Attempts = ch.ID, ch.Gateway, attemptViews(ch.Attempts)
 		return jsonAnswer(p.Status, "application/problem+json", p)
 	}
+}
+
+// refusedAsMalformed reports whether a gateway answered one of the attempts with error.
+func refusedAsMalformed(attempts []payrouter.Attempt) bool {
+	for _, a := range attempts {
+		if a.Outcome == payrouter.OutcomeError {
+			return true
+		}
+	}
+	return false
 }
 
 // getCharge is GET /charge/{id}: the charge's latest status, asked of its gateway while it is
