@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/payrouter/payrouter/pgstore/pgtest"
 )
 
 // logSecret is a value no log line may hold, with the name a failure prints instead of it.
@@ -149,6 +151,9 @@ const (
 	auditAdminToken    = "adm_LogAudit_6d2b9f4a1c8e57"
 	auditWrongAdmin    = "adm_WrongToken_3c7e1a9d5b2f68"
 	auditRedisPassword = "redispass_LogAudit_8d3f6b1e4a"
+	// auditDatabasePassword is in state.database_url; the test server trusts every connection,
+	// so it is sent and ignored, and must not reach a line either.
+	auditDatabasePassword = "dbpass_LogAudit_5c2e9a7f1b"
 	auditURLUser       = "urluser_LogAudit_5e9a7c3b"
 	auditURLPassword   = "urlpass_LogAudit_2c8f4d6a"
 	// auditCardNumber looks like a card number (Luhn): CONTRACT.md says it is never logged.
@@ -203,7 +208,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	secrets := []logSecret{
 		{"the API key", auditAPIKey}, {"the wrong API key", auditWrongAPIKey},
 		{"the admin token", auditAdminToken}, {"the wrong admin token", auditWrongAdmin},
-		{"the Redis password", auditRedisPassword},
+		{"the Redis password", auditRedisPassword}, {"the database password", auditDatabasePassword},
 		{"the user name in vault's base_url", auditURLUser}, {"the password in vault's base_url", auditURLPassword},
 		{"the card number", auditCardNumber},
 	}
@@ -223,7 +228,11 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		return pairs
 	}()...).Replace
 
-	in := startAuditPayrouter(t, gws, rds.url(), hide)
+	db := strings.Replace(pgtest.NewDatabase(t), "://"+pgtest.User+"@", "://"+pgtest.User+":"+auditDatabasePassword+"@", 1)
+	if !strings.Contains(db, auditDatabasePassword) {
+		t.Fatalf("test bug: no password put in the database URL %q", db)
+	}
+	in := startAuditPayrouter(t, gws, rds.url(), db, hide)
 	a := &auditClient{t: t, in: in, hide: hide}
 
 	a.driveStorefront(s)
@@ -628,10 +637,11 @@ func (a *auditClient) driveRedisOutage(rds *lockedRedis) {
 // --- the processes -------------------------------------------------------------------------------
 
 // startAuditPayrouter starts payrouter with the audit's secrets: its API key and admin token, the
-// gateways' credentials, and redisURL (with its password) as the state store. The harness prints
+// gateways' credentials, redisURL (with its password) as the coordination store and databaseURL
+// (with its password) as the money store. The harness prints
 // a failed test's payrouter output; hide masks the secrets in it first (t.Cleanup runs the masking
 // before the harness's stop-and-print, which was registered earlier).
-func startAuditPayrouter(t *testing.T, gws []auditGateway, redisURL string, hide func(string) string) *instance {
+func startAuditPayrouter(t *testing.T, gws []auditGateway, redisURL, databaseURL string, hide func(string) string) *instance {
 	t.Helper()
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
@@ -639,7 +649,7 @@ func startAuditPayrouter(t *testing.T, gws []auditGateway, redisURL string, hide
 		var b strings.Builder
 		fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: 3s\n", loopback(ports[0]), loopback(ports[1]))
 		fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", auditAPIKey, auditAdminToken)
-		fmt.Fprintf(&b, "state:\n  redis_url: %q\n  redis_timeout: 200ms\n", redisURL)
+		fmt.Fprintf(&b, "state:\n  redis_url: %q\n  redis_timeout: 200ms\n  database_url: %q\n", redisURL, databaseURL)
 		b.WriteString("gateways:\n")
 		for _, g := range gws {
 			fmt.Fprintf(&b, "  %s:\n    kind: %s\n    base_url: %q\n    credentials: {api_key: %q}\n", g.name, g.kind, g.baseURL, g.key)
