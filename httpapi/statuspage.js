@@ -44,6 +44,7 @@
   let timer = 0; // the next scheduled refresh
   let seq = 0; // refreshes started
   let shown = 0; // the refresh whose answer is on screen: an older answer never replaces a newer
+  let onScreen = []; // the breakers the table and the summary show now
   let lastGood = null; // Date of the last answer shown
   let skewMs = 0; // the listener's clock minus ours, when they differ by more than 2s
   let memoryToken = ''; // where the token lives when sessionStorage is not available
@@ -325,7 +326,8 @@
         rows.delete(name);
       }
     }
-    renderSummary(list);
+    onScreen = list.slice();
+    renderSummary(onScreen);
     tick();
   }
 
@@ -454,6 +456,9 @@
         if (b && b.name === tr.dataset.breaker) {
           shown = ++seq; // a refresh sent before the change must not show the old state again
           fillRow(tr, b);
+          // The summary tells the same as the rows, at once, not one refresh later.
+          onScreen = onScreen.map(function (x) { return x.name === b.name ? b : x; });
+          renderSummary(onScreen);
         }
       } else if (res.status === 401) {
         setResult(tr, 'false', '\u2717 ' + a.label + ' refused: the admin token is no longer accepted (401)');
