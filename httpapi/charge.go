@@ -145,15 +145,8 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 	ctx := c.Request().Context()
 	storeKey := c.Get("key_scope").(string) + ":" + key
 	rec, hold, err := s.Store.Claim(ctx, storeKey, fp, s.holdFor())
-	switch {
-	case errors.Is(err, payrouter.ErrInFlight):
-		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
-	case errors.Is(err, payrouter.ErrMismatch):
-		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
-	case err != nil:
-		return s.writeError(c, "idempotency.claim_failed", err)
-	case rec != nil:
-		return s.replay(c, rec, current)
+	if err != nil || rec != nil {
+		return s.answerTaken(c, "idempotency.claim_failed", rec, err, current)
 	}
 
 	stop := s.keepHold(ctx, hold)
@@ -202,6 +195,21 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 		c.Response().Header().Set(k, v)
 	}
 	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
+}
+
+// answerTaken answers a key that Claim or Peek did not give to this request: its replay (rec),
+// 409 while it is in flight, 422 when it was used with another body, or the store's error
+// (logged under event when it is not an outage).
+func (s *server) answerTaken(c echo.Context, event string, rec *payrouter.IdempotencyRecord, err error, current func(ctx context.Context) (answer, bool, error)) error {
+	switch {
+	case errors.Is(err, payrouter.ErrInFlight):
+		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
+	case errors.Is(err, payrouter.ErrMismatch):
+		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
+	case err != nil:
+		return s.writeError(c, event, err)
+	}
+	return s.replay(c, rec, current)
 }
 
 // replay answers a completed key: a success (2xx) with what current renders of the resource as
@@ -331,15 +339,8 @@ func (s *server) createCharge(c echo.Context) error {
 // sends the same key again after Retry-After).
 func (s *server) fastFail(c echo.Context, key, fp string, u *fallback.Unavailable, current func(ctx context.Context) (answer, bool, error)) error {
 	rec, err := s.Store.Peek(c.Request().Context(), c.Get("key_scope").(string)+":"+key, fp)
-	switch {
-	case errors.Is(err, payrouter.ErrInFlight):
-		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
-	case errors.Is(err, payrouter.ErrMismatch):
-		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
-	case err != nil:
-		return s.writeError(c, "idempotency.peek_failed", err)
-	case rec != nil:
-		return s.replay(c, rec, current)
+	if err != nil || rec != nil {
+		return s.answerTaken(c, "idempotency.peek_failed", rec, err, current)
 	}
 	a, err := s.chargeAnswer(c, nil, u)
 	if err != nil {
