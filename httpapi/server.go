@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -163,6 +164,24 @@ func (s *server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// clientAddress is the address of the peer that sent the request: the TCP peer, never a
+// header such as X-Forwarded-For, which the caller could write. It names the client in the
+// audit and failed-authentication lines.
+func clientAddress(c echo.Context) string {
+	host, _, err := net.SplitHostPort(c.Request().RemoteAddr)
+	if err != nil {
+		return c.Request().RemoteAddr
+	}
+	return host
+}
+
+// actorOf names who made the request, once authenticated: "key:<scope>" for an API key,
+// "admin:<name>" (or "admin") for an admin token; "" before authentication.
+func actorOf(c echo.Context) string {
+	a, _ := c.Get("actor").(string)
+	return a
+}
+
 // bearer returns the token of an "Authorization: Bearer <token>" header.
 func bearer(c echo.Context) (string, bool) {
 	h := c.Request().Header.Get(echo.HeaderAuthorization)
@@ -182,7 +201,9 @@ func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
 			sum := sha256.Sum256([]byte(token))
 			for _, k := range s.Credentials.load().apiKeys {
 				if subtle.ConstantTimeCompare(sum[:], k[:]) == 1 {
-					c.Set("key_scope", scopeOf(sum))
+					scope := scopeOf(sum)
+					c.Set("key_scope", scope)
+					c.Set("actor", "key:"+scope)
 					return next(c)
 				}
 			}
@@ -212,6 +233,7 @@ func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(admin)) != 1 {
 			return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <admin token>"))
 		}
+		c.Set("actor", "admin")
 		return next(c)
 	}
 }
