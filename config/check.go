@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,8 +61,11 @@ func (c *Config) Check() Report {
 	}
 	budget := c.RequestTimeout
 
-	if c.Auth.AdminToken != "" && slices.Contains(c.Auth.APIKeys, c.Auth.AdminToken) {
-		warn("auth.admin_token: same as an API key; every storefront client could use /admin/")
+	// Beyond loopback, validation refuses these; on loopback they are allowed, and said.
+	if loopbackOnly(c) {
+		for _, w := range weakSecrets(c) {
+			warn("%s: %s (allowed because both listeners are on loopback; serve refuses it on any other address)", w.path, w.msg)
+		}
 	}
 
 	for _, name := range c.GatewayOrder() {

@@ -93,8 +93,8 @@ func TestCheckWarnings(t *testing.T) {
 				"routes[0] (asia): hedge.after 3s is not shorter than paywell's charge timeout 3s; a charge there ends before a hedge could start"}},
 		{"success_rate with one gateway", "gateways: [tranglo, paywell]", "gateways: [tranglo]\n    strategy: success_rate",
 			[]string{"routes[0] (asia): strategy success_rate needs a second gateway to put first; this route has one"}},
-		{"admin token is an API key", "admin_token: adm_test", "admin_token: sk_test",
-			[]string{"auth.admin_token: same as an API key; every storefront client could use /admin/"}},
+		{"admin token is an API key, on loopback", "admin_token: adm_test_token_0123456789abc", "admin_token: sk_test_key_0123456789abcdef\nlisten: 127.0.0.1:8080",
+			[]string{"auth.admin_token: the same as auth.api_keys[0]; every storefront client holding that key could use /admin/ (allowed because both listeners are on loopback; serve refuses it on any other address)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

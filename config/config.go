@@ -3,7 +3,10 @@
 // `payrouter check` prints.
 package config
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Config is one payrouter configuration file, with defaults applied and validated.
 type Config struct {
@@ -20,10 +23,63 @@ type Config struct {
 	Fallbacks    Fallbacks `yaml:"fallbacks"`
 }
 
-// Auth holds the storefront's API keys and the admin token.
+// Auth holds the storefront's API keys and the admin tokens (docs/keys-and-secrets.md).
 type Auth struct {
-	APIKeys    []string `yaml:"api_keys"`    // at least one, none empty
-	AdminToken string   `yaml:"admin_token"` // empty: /admin/ answers 403 to everyone
+	APIKeys []APIKey `yaml:"api_keys"` // at least one, none empty
+	// AdminToken is the admin token named "admin" (AdminTokenName). Empty, with no AdminTokens
+	// either: /admin/ answers 403 to everyone.
+	AdminToken string `yaml:"admin_token"`
+	// AdminTokens are more admin tokens, each with a name that audit and failed-auth lines show.
+	AdminTokens []AdminToken `yaml:"admin_tokens"`
+}
+
+// APIKey is one storefront API key. In the file it is either a plain string, the key itself
+// (every right; its scope is derived from the key's digest, as before names existed), or a
+// mapping {name, key, rights}. A named key's scope is derived from its name, so entries sharing
+// a name (the old and the new key during a rotation) see the same charges and idempotency keys.
+type APIKey struct {
+	// Name names the key's scope (letters, digits, '-', '_'); empty: the scope comes from the
+	// key's SHA-256 digest.
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+	// Rights lists what the key may do (Rights); nil (absent in the file): every right.
+	Rights []string `yaml:"rights"`
+}
+
+// Rights of an API key: each storefront route needs one.
+const (
+	RightCharge  = "charge"  // POST /charge
+	RightCapture = "capture" // POST /charge/{id}/capture
+	RightVoid    = "void"    // POST /charge/{id}/void
+	RightRefund  = "refund"  // POST /charge/{id}/refund
+	RightRead    = "read"    // GET /charge/{id}, GET /refund/{id}
+)
+
+// Rights lists every right, in the order documentation shows them.
+var Rights = []string{RightCharge, RightCapture, RightVoid, RightRefund, RightRead}
+
+// Allows reports whether the key has right; a key with nil Rights has them all.
+func (k APIKey) Allows(right string) bool {
+	return k.Rights == nil || slices.Contains(k.Rights, right)
+}
+
+// AdminToken is one named admin token.
+type AdminToken struct {
+	Name  string `yaml:"name"` // unique, letters, digits, '-', '_'; the actor is "admin:<name>"
+	Token string `yaml:"token"`
+}
+
+// AdminTokenName is the name of auth.admin_token among the admin tokens.
+const AdminTokenName = "admin"
+
+// Admins returns every admin token: auth.admin_token first (named "admin") when set, then
+// auth.admin_tokens in file order.
+func (a Auth) Admins() []AdminToken {
+	var out []AdminToken
+	if a.AdminToken != "" {
+		out = append(out, AdminToken{Name: AdminTokenName, Token: a.AdminToken})
+	}
+	return append(out, a.AdminTokens...)
 }
 
 // State chooses the state stores (DESIGN.md, State stores): where money state lives, and where

@@ -23,13 +23,20 @@ type decoder struct {
 	order    map[string][]string // the keys of each decoded map, in file order
 	budget   int                 // nodes left to visit; stops alias bombs
 	merging  map[*yaml.Node]bool // mappings being expanded by "<<", to refuse a mapping merging itself
+	// env holds the scalars whose value came from ${...} (expandTree); fromEnv the same by path,
+	// for validation. Such values are never quoted in a message.
+	env     map[*yaml.Node]*expansion
+	fromEnv map[string]*expansion
 }
 
 // decodeBudget bounds the work one document may cause. A real configuration visits a few
 // thousand nodes; aliases can make a small file visit millions.
 const decodeBudget = 200_000
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	apiKeyType   = reflect.TypeFor[APIKey]()
+)
 
 func newDecoder() *decoder {
 	return &decoder{
@@ -38,6 +45,7 @@ func newDecoder() *decoder {
 		order:   map[string][]string{},
 		budget:  decodeBudget,
 		merging: map[*yaml.Node]bool{},
+		fromEnv: map[string]*expansion{},
 	}
 }
 
@@ -77,11 +85,19 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) bool {
 		return false
 	}
 	n = follow(n)
+	if e := d.env[n]; e != nil {
+		d.fromEnv[path] = e
+	}
 	if n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null") {
 		return false
 	}
-	if v.Type() == durationType {
+	switch {
+	case v.Type() == durationType:
 		return d.duration(n, v, path)
+	case v.Type() == apiKeyType && n.Kind == yaml.ScalarNode:
+		// A plain string is the key alone: every right, the scope from its digest.
+		v.FieldByName("Key").SetString(n.Value)
+		return true
 	}
 	switch v.Kind() {
 	case reflect.Struct:
@@ -367,6 +383,9 @@ func (d *decoder) show(n *yaml.Node, path string) string {
 	}
 	if secretPath(path) {
 		return "a value (not shown: it may be a secret)"
+	}
+	if e := d.env[n]; e != nil {
+		return "the value of " + e.from() + " (not shown)"
 	}
 	return strconv.Quote(clip([]byte(n.Value)))
 }

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -19,7 +21,7 @@ func FuzzParse(f *testing.F) {
 	}
 	for _, seed := range []string{
 		"",
-		"auth: {api_keys: [k]}\ngateways: {a: {kind: ding, base_url: 'http://x'}}\n",
+		"auth: {api_keys: [key_0123456789abcdef012345]}\ngateways: {a: {kind: ding, base_url: 'http://x'}}\n",
 		"a: &a [*a]\n",
 		"auth: &a {<<: *a}\n",
 		"gateways: {a: &g {kind: ding, base_url: 'http://x', breaker: {<<: [*g]}}}\n",
@@ -31,14 +33,35 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	getenv := func(k string) string {
-		if k == "X" {
-			return "${Y}"
+	// S holds a secret: two of the same shape, so that a configuration reads the same with
+	// either, and the problems must be the same, naming ${S} and never quoting its value.
+	envWith := func(secret string) func(string) string {
+		return func(k string) string {
+			switch k {
+			case "X":
+				return "${Y}"
+			case "S":
+				return secret
+			case "L":
+				return "a\", \"b\n  c: d"
+			}
+			return ""
 		}
-		return ""
+	}
+	getenv, other := envWith("SecretAlphaValueXYZ"), envWith("SecretBravoValueXYZ")
+	for _, seed := range []string{
+		"listen: ${S}\nrequest_timeout: ${S}\n",
+		"auth: {api_keys: [\"${S}\", \"${L}\"], admin_token: \"${S}\"}\ngateways: {a: {kind: \"${S}\", base_url: 'http://x', timeout: \"${S}\"}}\n",
+		"routes: [{name: \"${S}\", gateways: [\"${S}\"], match: {currency: [\"${S}\"]}}]\n",
+	} {
+		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, getenv, testKinds)
+		_, errOther := Parse(data, other, testKinds)
+		if fmt.Sprint(err) != fmt.Sprint(errOther) && !bytes.Contains(data, []byte("Alpha")) && !bytes.Contains(data, []byte("Bravo")) {
+			t.Fatalf("the problems depend on the value of ${S}:\n%v\n---\n%v", err, errOther)
+		}
 		if err != nil {
 			var ve *ValidationError
 			if !errors.As(err, &ve) || len(ve.Problems) == 0 {
@@ -47,6 +70,9 @@ func FuzzParse(f *testing.F) {
 			for _, p := range ve.Problems {
 				if strings.ContainsAny(p, "\n\r") {
 					t.Fatalf("problem spans lines: %q", p)
+				}
+				if strings.Contains(p, "SecretAlpha") && !bytes.Contains(data, []byte("SecretAlpha")) {
+					t.Fatalf("a problem quotes the value of ${S}: %q", p)
 				}
 			}
 			return

@@ -76,25 +76,21 @@ func Load(path string, getenv func(string) string, kinds []string) (*Config, err
 	return Parse(data, getenv, kinds)
 }
 
-// Parse reads a configuration: it expands ${NAME} and ${NAME:-default} from getenv (nil: every
-// variable is unset), decodes the YAML strictly, applies the defaults and validates the result.
-// kinds lists the gateway adapter kinds the binary knows (gateways.Kinds()); nil accepts any
-// kind, for tools that only read the file. Every problem found is returned at once in a
-// *ValidationError, one line each.
+// Parse reads a configuration: it parses the YAML, expands ${NAME} and ${NAME:-default} from
+// getenv (nil: every variable is unset) inside the parsed values (expandTree), decodes strictly,
+// applies the defaults and validates the result. kinds lists the gateway adapter kinds the
+// binary knows (gateways.Kinds()); nil accepts any kind, for tools that only read the file.
+// Every problem found is returned at once in a *ValidationError, one line each.
 func Parse(data []byte, getenv func(string) string, kinds []string) (*Config, error) {
-	text, problems := expand(data, getenv)
-	if len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
-	}
-	c, d, err := decodeConfig(text)
+	c, d, err := decodeConfig(data, getenv)
 	if err != nil {
 		return nil, err
 	}
 	applyDefaults(c, d.present)
-	problems = d.problems
+	problems := d.problems
 	// A document that is not a mapping has no fields to validate; one line says it all.
 	if !d.bad[""] {
-		problems = append(problems, validate(c, kinds, d.bad)...)
+		problems = append(problems, validateFile(c, kinds, d)...)
 	}
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
@@ -102,13 +98,14 @@ func Parse(data []byte, getenv func(string) string, kinds []string) (*Config, er
 	return c, nil
 }
 
-// decodeConfig parses the expanded text into a Config, with the file order of gateways and
-// splits. The decoder it returns holds the problems found, what the file gives and what was bad.
-func decodeConfig(text []byte) (*Config, *decoder, error) {
+// decodeConfig parses text, expands its variables and decodes it into a Config, with the file
+// order of gateways and splits. The decoder it returns holds the problems found, what the file
+// gives, what was bad and which values came from the environment.
+func decodeConfig(text []byte, getenv func(string) string) (*Config, *decoder, error) {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(text))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, &ValidationError{Problems: []string{yamlProblem(err)}}
+		return nil, nil, &ValidationError{Problems: []string{yamlProblem(err, text)}}
 	}
 	// A second document would be ignored by a plain Decode; a file that holds two configurations
 	// is a mistake to stop at, not one to guess about.
@@ -116,11 +113,16 @@ func decodeConfig(text []byte) (*Config, *decoder, error) {
 	if err := dec.Decode(&extra); err == nil {
 		return nil, nil, &ValidationError{Problems: []string{fmt.Sprintf("line %d: only one YAML document is allowed", extra.Line)}}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, nil, &ValidationError{Problems: []string{yamlProblem(err)}}
+		return nil, nil, &ValidationError{Problems: []string{yamlProblem(err, text)}}
+	}
+	env, problems := expandTree(&root, getenv)
+	if len(problems) > 0 {
+		return nil, nil, &ValidationError{Problems: problems}
 	}
 
 	c := &Config{}
 	d := newDecoder()
+	d.env = env
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		d.decode(root.Content[0], reflect.ValueOf(c).Elem(), "")
 	}
@@ -131,9 +133,22 @@ func decodeConfig(text []byte) (*Config, *decoder, error) {
 	return c, d, nil
 }
 
-// yamlProblem turns a yaml.v3 syntax error into one line like the others.
-func yamlProblem(err error) string {
-	return strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", " "), "yaml: ")
+// yamlProblem turns a yaml.v3 syntax error into one line like the others. Variables are
+// expanded after parsing, so an unquoted ${NAME:-a,b} inside [ ] or { } is YAML's business
+// first: the line says so when the file has a reference.
+func yamlProblem(err error, text []byte) string {
+	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", " "), "yaml: ")
+	var line int
+	if _, err := fmt.Sscanf(msg, "line %d:", &line); err == nil && line > 0 {
+		// The parser names the line where it noticed, which may be next to the value's.
+		lines := bytes.Split(text, []byte("\n"))
+		for _, l := range []int{line - 1, line, line - 2} {
+			if l >= 0 && l < len(lines) && bytes.Contains(lines[l], []byte("${")) {
+				return msg + " (a ${...} reference inside [ ] or { } must be quoted: \"${NAME}\")"
+			}
+		}
+	}
+	return msg
 }
 
 // applyDefaults fills in what the file leaves out; present tells which paths the file gives.

@@ -16,8 +16,8 @@ var testKinds = []string{"paywell", "ding", "tranglo"}
 // baseYAML is a valid configuration that gives no warning in Check; tests edit one line of it.
 const baseYAML = `request_timeout: 10s
 auth:
-  api_keys: [sk_test]
-  admin_token: adm_test
+  api_keys: [sk_test_key_0123456789abcdef]
+  admin_token: adm_test_token_0123456789abc
 gateways:
   paywell:
     kind: paywell
@@ -53,6 +53,15 @@ func edit(t *testing.T, text, old, new string) string {
 		t.Fatalf("test bug: %q is not in the configuration", old)
 	}
 	return strings.Replace(text, old, new, 1)
+}
+
+// keysOf lists the keys of a.APIKeys.
+func keysOf(a Auth) []string {
+	var out []string
+	for _, k := range a.APIKeys {
+		out = append(out, k.Key)
+	}
+	return out
 }
 
 func mustParse(t *testing.T, text string) *Config {
@@ -94,7 +103,7 @@ func TestParseBase(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	c := mustParse(t, `
-auth: {api_keys: [k]}
+auth: {api_keys: [key_0123456789abcdef012345]}
 gateways:
   b: {kind: ding, base_url: "http://127.0.0.1:1"}
   a: {kind: paywell, base_url: "https://pay.example"}
@@ -107,7 +116,7 @@ gateways:
 		Listen:         ":8080",
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
-		Auth:           Auth{APIKeys: []string{"k"}},
+		Auth:           Auth{APIKeys: []APIKey{{Key: "key_0123456789abcdef012345"}}},
 		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true},
 		Idempotency:    Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
@@ -191,7 +200,7 @@ func TestExplicitZeroVersusAbsent(t *testing.T) {
 
 func TestFileOrder(t *testing.T) {
 	c := mustParse(t, `
-auth: {api_keys: [k]}
+auth: {api_keys: [key_0123456789abcdef012345]}
 gateways:
   zeta: {kind: ding, base_url: "http://127.0.0.1:1"}
   alpha: {kind: paywell, base_url: "http://127.0.0.1:2"}
@@ -214,7 +223,7 @@ routes:
 
 	t.Run("default route follows the file", func(t *testing.T) {
 		c := mustParse(t, `
-auth: {api_keys: [k]}
+auth: {api_keys: [key_0123456789abcdef012345]}
 gateways:
   zeta: {kind: ding, base_url: "http://127.0.0.1:1"}
   alpha: {kind: paywell, base_url: "http://127.0.0.1:2"}
@@ -249,7 +258,7 @@ func TestDecodeProblems(t *testing.T) {
 			[]string{`line 2: unknown key "not_a_payrouter_setting"`}},
 		{"misspelt top-level key", "request_timeout: 10s\n", "request_timeout: 10s\nadmin_listn: x\n",
 			[]string{`line 2: unknown key "admin_listn" (did you mean "admin_listen"?)`}},
-		{"unknown key in auth", "  admin_token: adm_test\n", "  admin_token: adm_test\n  token: x\n",
+		{"unknown key in auth", "  admin_token: adm_test_token_0123456789abc\n", "  admin_token: adm_test_token_0123456789abc\n  token: x\n",
 			[]string{`line 5: auth: unknown key "token"`}},
 		{"unknown key in a gateway", "    timeout: 3s\n", "    timout: 3s\n",
 			[]string{`line 10: gateways.paywell: unknown key "timout" (did you mean "timeout"?)`}},
@@ -310,7 +319,7 @@ func TestReadProblems(t *testing.T) {
 		{"two documents", baseYAML + "---\nlisten: :1\n", []string{"line 31: only one YAML document is allowed"}},
 		{"not a mapping", "- a\n- b\n", []string{"line 1: want a mapping of keys, got a list"}},
 		{"unterminated variable", "listen: ${PORT\n", []string{"line 1: unterminated ${ (a variable reference needs a closing })"}},
-		{"a mapping merging itself", "auth: &a {api_keys: [k], <<: *a}\n",
+		{"a mapping merging itself", "auth: &a {api_keys: [key_0123456789abcdef012345], <<: *a}\n",
 			[]string{"line 1: auth: << merges a mapping into itself", "gateways: at least one gateway is required"}},
 		{"merge of a scalar", "auth: {<<: 5}\n",
 			[]string{"line 1: auth: << must merge a mapping or a list of mappings", "gateways: at least one gateway is required"}},
@@ -325,15 +334,15 @@ func TestReadProblems(t *testing.T) {
 }
 
 func TestEnvironment(t *testing.T) {
-	env := map[string]string{"API_KEY": "sk_live_1", "PW_URL": "https://paywell.example", "SLOTS": "7"}
-	text := edit(t, baseYAML, "api_keys: [sk_test]", `api_keys: ["${API_KEY}", "${OTHER_KEY:-sk_other}"]`)
+	env := map[string]string{"API_KEY": "sk_live_key_0123456789abcdef", "PW_URL": "https://paywell.example", "SLOTS": "7"}
+	text := edit(t, baseYAML, "api_keys: [sk_test_key_0123456789abcdef]", `api_keys: ["${API_KEY}", "${OTHER_KEY:-sk_other_key_0123456789abcde}"]`)
 	text = edit(t, text, "base_url: http://127.0.0.1:9101", `base_url: "${PW_URL:-http://127.0.0.1:9101}"`)
 	text = edit(t, text, "max_concurrent: 20", `max_concurrent: "${SLOTS:-20}"`)
 	c, err := Parse([]byte(text), func(k string) string { return env[k] }, testKinds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Auth.APIKeys; !slices.Equal(got, []string{"sk_live_1", "sk_other"}) {
+	if got := keysOf(c.Auth); !slices.Equal(got, []string{"sk_live_key_0123456789abcdef", "sk_other_key_0123456789abcde"}) {
 		t.Errorf("api_keys = %q", got)
 	}
 	if g := c.Gateways["paywell"]; g.BaseURL != "https://paywell.example" || g.MaxConcurrent != 7 {
@@ -341,8 +350,8 @@ func TestEnvironment(t *testing.T) {
 	}
 
 	t.Run("unset key is refused", func(t *testing.T) {
-		got := problemsOf(t, edit(t, baseYAML, "api_keys: [sk_test]", `api_keys: ["${API_KEY}"]`))
-		if !slices.Equal(got, []string{"auth.api_keys[0]: must not be empty (is its environment variable set?)"}) {
+		got := problemsOf(t, edit(t, baseYAML, "api_keys: [sk_test_key_0123456789abcdef]", `api_keys: ["${API_KEY}"]`))
+		if !slices.Equal(got, []string{"auth.api_keys[0]: is empty because ${API_KEY} is not set in payrouter's environment (set it, or write ${API_KEY:-} to mean empty on purpose)"}) {
 			t.Errorf("problems = %q", got)
 		}
 	})
@@ -374,16 +383,58 @@ func TestRouteHelpers(t *testing.T) {
 	}
 }
 
+// demoEnv is the environment scripts/run-demo.sh gives `make run`: the demo secrets, passed
+// explicitly (cmd/payrouter's TestRunDemoScript reads them from the script itself).
+var demoEnv = map[string]string{
+	"PAYROUTER_API_KEY": "sk_test_demo", "PAYROUTER_ADMIN_TOKEN": "admin_test_demo",
+	"PAYWELL_API_KEY": "pw_test_demo", "DING_API_KEY": "dg_test_demo", "TRANGLO_API_KEY": "tg_test_demo",
+}
+
+// TestDemoConfigsCarryNoSecrets: the shipped configurations fail closed. With the environment
+// unset, each refuses to load and names every variable to set, instead of falling back to a
+// secret anyone can read.
+func TestDemoConfigsCarryNoSecrets(t *testing.T) {
+	for _, path := range []string{"../configs/payrouter.yaml", "../configs/payrouter-redis.yaml"} {
+		t.Run(path, func(t *testing.T) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range DemoSecrets {
+				if strings.Contains(string(data), s) {
+					t.Errorf("%s carries the demo secret %q", path, s)
+				}
+			}
+			_, err = Load(path, func(string) string { return "" }, testKinds)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("with no environment: %v, want problems", err)
+			}
+			for _, want := range []string{
+				"auth.api_keys[0]: is empty because ${PAYROUTER_API_KEY} is not set",
+				"auth.admin_token: is empty because ${PAYROUTER_ADMIN_TOKEN} is not set",
+				"gateways.paywell.credentials.api_key: is empty because ${PAYWELL_API_KEY} is not set",
+				"gateways.ding.credentials.api_key: is empty because ${DING_API_KEY} is not set",
+				"gateways.tranglo.credentials.api_key: is empty because ${TRANGLO_API_KEY} is not set",
+			} {
+				if !slices.ContainsFunc(ve.Problems, func(p string) bool { return strings.HasPrefix(p, want) }) {
+					t.Errorf("problems lack %q:\n%s", want, ve)
+				}
+			}
+		})
+	}
+}
+
 func TestDemoConfig(t *testing.T) {
-	c, err := Load("../configs/payrouter.yaml", func(string) string { return "" }, testKinds)
+	c, err := Load("../configs/payrouter.yaml", func(k string) string { return demoEnv[k] }, testKinds)
 	if err != nil {
 		t.Fatalf("configs/payrouter.yaml:\n%v", err)
 	}
 	if got := c.GatewayNames; !slices.Equal(got, []string{"paywell", "ding", "tranglo"}) {
 		t.Errorf("gateways = %q", got)
 	}
-	if c.Auth.APIKeys[0] != "sk_test_demo" || c.Auth.AdminToken != "admin_test_demo" || c.State.RedisURL != "" {
-		t.Errorf("auth and state defaults not applied: %q %q %q", c.Auth.APIKeys, c.Auth.AdminToken, c.State.RedisURL)
+	if got := keysOf(c.Auth); !slices.Equal(got, []string{"sk_test_demo"}) || c.Auth.AdminToken != "admin_test_demo" || c.State.RedisURL != "" {
+		t.Errorf("auth and state not applied: %q %q %q", got, c.Auth.AdminToken, c.State.RedisURL)
 	}
 	var names []string
 	for _, r := range c.Routes {
@@ -395,19 +446,59 @@ func TestDemoConfig(t *testing.T) {
 	if got := c.Routes[1].SplitOrder; !slices.Equal(got, []string{"paywell", "ding"}) {
 		t.Errorf("big-tickets split order = %q", got)
 	}
-	if w := c.Check().Warnings; len(w) != 0 {
-		t.Errorf("the demo should give no warning; got:\n%s", strings.Join(w, "\n"))
+	// On loopback the demo secrets are allowed, and check says so, one line for each.
+	w := c.Check().Warnings
+	for _, field := range []string{"auth.api_keys[0]", "auth.admin_token", "gateways.paywell.credentials.api_key",
+		"gateways.ding.credentials.api_key", "gateways.tranglo.credentials.api_key"} {
+		if !slices.Contains(w, field+": is a demo secret published with payrouter; use a random one of your own (openssl rand -hex 32) (allowed because both listeners are on loopback; serve refuses it on any other address)") {
+			t.Errorf("no demo-secret warning for %s; got:\n%s", field, strings.Join(w, "\n"))
+		}
+	}
+	if len(w) != 5 {
+		t.Errorf("the demo should warn only about its secrets; got:\n%s", strings.Join(w, "\n"))
 	}
 
 	t.Run("environment overrides", func(t *testing.T) {
 		env := map[string]string{"PAYWELL_URL": "https://pw.example", "PAYROUTER_REDIS_URL": "redis://127.0.0.1:6379/0",
 			"PAYROUTER_DATABASE_URL": "postgres://payrouter@127.0.0.1:5432/payrouter", "DING_API_KEY": "dg_live"}
-		c, err := Load("../configs/payrouter.yaml", func(k string) string { return env[k] }, testKinds)
+		c, err := Load("../configs/payrouter.yaml", func(k string) string {
+			if v, ok := env[k]; ok {
+				return v
+			}
+			return demoEnv[k]
+		}, testKinds)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Gateways["paywell"].BaseURL != "https://pw.example" || c.State.RedisURL != env["PAYROUTER_REDIS_URL"] || c.Gateways["ding"].Credentials["api_key"] != "dg_live" {
 			t.Errorf("environment not applied: %+v", c)
+		}
+	})
+
+	t.Run("refused beyond loopback", func(t *testing.T) {
+		data, err := os.ReadFile("../configs/payrouter.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := edit(t, string(data), `listen: "127.0.0.1:8080"`, `listen: "0.0.0.0:8080"`)
+		_, err = Parse([]byte(text), func(k string) string { return demoEnv[k] }, testKinds)
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			t.Fatalf("demo secrets on 0.0.0.0: %v, want problems", err)
+		}
+		got := ve.Problems
+		for _, p := range got {
+			if !strings.Contains(p, "is a demo secret published with payrouter") || !strings.Contains(p, "refused because listen accepts connections from other machines") {
+				t.Errorf("unexpected problem %q", p)
+			}
+			for _, s := range DemoSecrets {
+				if strings.Contains(p, s) {
+					t.Errorf("the problem shows the secret: %q", p)
+				}
+			}
+		}
+		if len(got) != 5 {
+			t.Errorf("want 5 problems, one per demo secret; got %q", got)
 		}
 	})
 }
@@ -445,7 +536,7 @@ func TestLoadMissingFile(t *testing.T) {
 // recursive type, so lists of lists cannot nest deeper than routes[].gateways[].)
 func TestAliasBomb(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("auth: {api_keys: [k]}\ngateways: {a: {kind: ding, base_url: 'http://x'}}\nroutes:\n  - &r {name: r, gateways: [a")
+	b.WriteString("auth: {api_keys: [key_0123456789abcdef012345]}\ngateways: {a: {kind: ding, base_url: 'http://x'}}\nroutes:\n  - &r {name: r, gateways: [a")
 	b.WriteString(strings.Repeat(", a", 3000))
 	b.WriteString("]}\n")
 	b.WriteString(strings.Repeat("  - *r\n", 3000)) // 9 million gateway names from 30 KB

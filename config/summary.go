@@ -84,9 +84,11 @@ func (c *Config) Summary() []GatewaySummary {
 const redactedValue = "[redacted]"
 
 type (
-	gatewayView Gateway
-	authView    Auth
-	stateView   State
+	gatewayView    Gateway
+	authView       Auth
+	apiKeyView     APIKey
+	adminTokenView AdminToken
+	stateView      State
 )
 
 func (g Gateway) redacted() gatewayView {
@@ -118,13 +120,63 @@ func (g Gateway) MarshalYAML() (any, error) { return g.redacted(), nil }
 func (a Auth) redacted() authView {
 	v := authView{AdminToken: maskSecret(a.AdminToken)}
 	if a.APIKeys != nil {
-		v.APIKeys = make([]string, len(a.APIKeys))
+		v.APIKeys = make([]APIKey, len(a.APIKeys))
 		for i, k := range a.APIKeys {
-			v.APIKeys[i] = maskSecret(k)
+			v.APIKeys[i] = k.masked()
+		}
+	}
+	if a.AdminTokens != nil {
+		v.AdminTokens = make([]AdminToken, len(a.AdminTokens))
+		for i, t := range a.AdminTokens {
+			v.AdminTokens[i] = t.masked()
 		}
 	}
 	return v
 }
+
+// masked is the key with the key itself masked: its name and rights may be shown.
+func (k APIKey) masked() APIKey {
+	k.Key = maskSecret(k.Key)
+	return k
+}
+
+func (k APIKey) redacted() apiKeyView { return apiKeyView(k.masked()) }
+
+// Format prints the key masked, for every fmt verb.
+func (k APIKey) Format(f fmt.State, verb rune) {
+	fmt.Fprintf(f, fmt.FormatString(f, verb), k.redacted())
+}
+
+// LogValue logs the key masked.
+func (k APIKey) LogValue() slog.Value { return slog.AnyValue(k.redacted()) }
+
+// MarshalJSON encodes the key masked.
+func (k APIKey) MarshalJSON() ([]byte, error) { return json.Marshal(k.redacted()) }
+
+// MarshalYAML encodes the key masked.
+func (k APIKey) MarshalYAML() (any, error) { return k.redacted(), nil }
+
+// masked is the admin token with the token masked: its name may be shown.
+func (t AdminToken) masked() AdminToken {
+	t.Token = maskSecret(t.Token)
+	return t
+}
+
+func (t AdminToken) redacted() adminTokenView { return adminTokenView(t.masked()) }
+
+// Format prints the admin token masked, for every fmt verb.
+func (t AdminToken) Format(f fmt.State, verb rune) {
+	fmt.Fprintf(f, fmt.FormatString(f, verb), t.redacted())
+}
+
+// LogValue logs the admin token masked.
+func (t AdminToken) LogValue() slog.Value { return slog.AnyValue(t.redacted()) }
+
+// MarshalJSON encodes the admin token masked.
+func (t AdminToken) MarshalJSON() ([]byte, error) { return json.Marshal(t.redacted()) }
+
+// MarshalYAML encodes the admin token masked.
+func (t AdminToken) MarshalYAML() (any, error) { return t.redacted(), nil }
 
 // Format prints the API keys and admin token masked, for every fmt verb.
 func (a Auth) Format(f fmt.State, verb rune) { fmt.Fprintf(f, fmt.FormatString(f, verb), a.redacted()) }

@@ -14,19 +14,19 @@ import (
 
 // secretsYAML puts a secret everywhere a configuration can hold one.
 var secretsYAML = strings.NewReplacer(
-	"api_keys: [sk_test]", "api_keys: [sk_secret_key]",
-	"admin_token: adm_test", "admin_token: adm_secret_token",
+	"api_keys: [sk_test_key_0123456789abcdef]", "api_keys: [sk_secret_key_0123456789ab]",
+	"admin_token: adm_test_token_0123456789abc", "admin_token: adm_secret_token_0123456789",
 	"base_url: http://127.0.0.1:9102", "base_url: \"https://user:url_secret_pw@127.0.0.1:9102/v1\"",
 	"request_timeout: 10s\n", "request_timeout: 10s\nstate: {redis_url: \"redis://:redis_secret_pw@127.0.0.1:6379/0\", database_url: \"postgres://payrouter:db_secret_pw@127.0.0.1:5432/payrouter\"}\n",
 ).Replace(baseYAML)
 
-var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key", "adm_secret_token", "url_secret_pw", "redis_secret_pw", "db_secret_pw"}
+var secrets = []string{"pw_secret_1", "dg_secret_2", "sk_secret_key_0123456789ab", "adm_secret_token_0123456789", "url_secret_pw", "redis_secret_pw", "db_secret_pw"}
 
 // TestSecretsNeverPrinted: credentials, keys and passwords in URLs do not come out of any way
 // of printing a Config or its parts.
 func TestSecretsNeverPrinted(t *testing.T) {
 	c := mustParse(t, secretsYAML)
-	if c.Gateways["paywell"].Credentials["api_key"] != "pw_secret_1" || c.Auth.AdminToken != "adm_secret_token" {
+	if c.Gateways["paywell"].Credentials["api_key"] != "pw_secret_1" || c.Auth.AdminToken != "adm_secret_token_0123456789" {
 		t.Fatal("test bug: the secrets were not read")
 	}
 
@@ -83,7 +83,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 func TestSecretsNotInProblems(t *testing.T) {
 	text := edit(t, secretsYAML, "kind: ding", "kind: nope")
 	text = edit(t, text, "credentials: {api_key: pw_secret_1}", "credentials: [pw_secret_1]")
-	text = edit(t, text, "api_keys: [sk_secret_key]", "api_keys: {sk_secret_key: 1}")
+	text = edit(t, text, "api_keys: [sk_secret_key_0123456789ab]", "api_keys: {sk_secret_key_0123456789ab: 1}")
 	text = edit(t, text, "redis://:redis_secret_pw@127.0.0.1:6379/0", "redis://:redis_secret_pw@%zz")
 	_, err := Parse([]byte(text), nil, testKinds)
 	if err == nil {

@@ -25,12 +25,21 @@ func (c *Config) Validate(kinds []string) error {
 // validator collects problems, one line each, in the order a reader meets the fields.
 type validator struct {
 	c        *Config
-	bad      map[string]bool // paths the decoder could not read: their problems are said already
+	bad      map[string]bool       // paths the decoder could not read: their problems are said already
+	env      map[string]*expansion // paths whose value came from ${...}: never quoted
 	problems []string
 }
 
 func validate(c *Config, kinds []string, bad map[string]bool) []string {
-	v := &validator{c: c, bad: bad}
+	return validateWith(&validator{c: c, bad: bad}, kinds)
+}
+
+// validateFile validates a Config decoded by d, which knows what came from the environment.
+func validateFile(c *Config, kinds []string, d *decoder) []string {
+	return validateWith(&validator{c: c, bad: d.bad, env: d.fromEnv}, kinds)
+}
+
+func validateWith(v *validator, kinds []string) []string {
 	v.top()
 	v.gateways(kinds)
 	v.routes()
@@ -54,6 +63,18 @@ func (v *validator) addf(path, format string, args ...any) {
 	v.problems = append(v.problems, v.label(path)+": "+fmt.Sprintf(format, args...))
 }
 
+// show quotes a value for a message about path, unless it came from ${...}: then it names the
+// variables instead, since the value may be a secret put in the wrong place.
+func (v *validator) show(path string, value any) string {
+	if e := v.env[path]; e != nil {
+		return "the value of " + e.from() + " (not shown)"
+	}
+	if s, ok := value.(string); ok {
+		return strconv.Quote(clip([]byte(s)))
+	}
+	return fmt.Sprint(value)
+}
+
 // label renders a path for people: a route is named by its index and its name,
 // "routes[1] (big-tickets): split.paywell".
 func (v *validator) label(path string) string {
@@ -63,7 +84,7 @@ func (v *validator) label(path string) string {
 	}
 	idx, after, ok := strings.Cut(rest, "]")
 	i, err := strconv.Atoi(idx)
-	if !ok || err != nil || i < 0 || i >= len(v.c.Routes) || v.c.Routes[i].Name == "" {
+	if !ok || err != nil || i < 0 || i >= len(v.c.Routes) || v.c.Routes[i].Name == "" || v.env[fmt.Sprintf("routes[%d].name", i)] != nil {
 		return path
 	}
 	label := fmt.Sprintf("routes[%d] (%s)", i, display(v.c.Routes[i].Name))
@@ -83,14 +104,7 @@ func (v *validator) top() {
 	}
 	v.positive("request_timeout", c.RequestTimeout)
 
-	if len(c.Auth.APIKeys) == 0 {
-		v.addf("auth.api_keys", "at least one API key is required")
-	}
-	for i, key := range c.Auth.APIKeys {
-		if strings.TrimSpace(key) == "" {
-			v.addf(fmt.Sprintf("auth.api_keys[%d]", i), "must not be empty (is its environment variable set?)")
-		}
-	}
+	v.auth()
 
 	if s := c.State.RedisURL; s != "" {
 		// The URL may hold a password: name what is wrong, never echo the value.
@@ -99,7 +113,7 @@ func (v *validator) top() {
 		case err != nil:
 			v.addf("state.redis_url", "not a URL (want redis://host:6379/0 or rediss://...)")
 		case u.Scheme != "redis" && u.Scheme != "rediss":
-			v.addf("state.redis_url", "must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+			v.addf("state.redis_url", "must be a redis:// or rediss:// URL, got scheme %s", v.show("state.redis_url", u.Scheme))
 		case u.Host == "":
 			v.addf("state.redis_url", "needs a host (redis://host:6379/0)")
 		}
@@ -110,7 +124,7 @@ func (v *validator) top() {
 		case err != nil:
 			v.addf("state.database_url", "not a URL (want postgres://user@host:5432/payrouter)")
 		case u.Scheme != "postgres" && u.Scheme != "postgresql":
-			v.addf("state.database_url", "must be a postgres:// or postgresql:// URL, got scheme %q", u.Scheme)
+			v.addf("state.database_url", "must be a postgres:// or postgresql:// URL, got scheme %s", v.show("state.database_url", u.Scheme))
 		case u.Host == "" && u.Query().Get("host") == "":
 			v.addf("state.database_url", "needs a host (postgres://user@host:5432/payrouter)")
 		}
@@ -148,7 +162,7 @@ func (v *validator) gateways(kinds []string) {
 		case g.Kind == "":
 			v.addf(p+".kind", "required (known: %s)", strings.Join(known, ", "))
 		case kinds != nil && !slices.Contains(kinds, g.Kind):
-			v.addf(p+".kind", "unknown kind %q (known: %s)", g.Kind, strings.Join(known, ", "))
+			v.addf(p+".kind", "unknown kind %s (known: %s)", v.show(p+".kind", g.Kind), strings.Join(known, ", "))
 		}
 
 		if g.BaseURL == "" {
@@ -187,7 +201,7 @@ func (v *validator) breaker(p string, b Breaker) {
 	}
 	// Written so that NaN, which compares false with everything, is refused too.
 	if !(b.FailureRate >= 0 && b.FailureRate <= 1) {
-		v.addf(p+".failure_rate", "must be between 0 and 1 (0: off), got %v", b.FailureRate)
+		v.addf(p+".failure_rate", "must be between 0 and 1 (0: off), got %s", v.show(p+".failure_rate", b.FailureRate))
 	}
 	switch {
 	case b.FailureRate > 0 && b.MinRequests < 1:
@@ -201,12 +215,12 @@ func (v *validator) breaker(p string, b Breaker) {
 		v.addf(p+".half_open_requests", "must be >= 1")
 	}
 	if b.Probe != ProbeInBand && b.Probe != ProbeOutOfBand {
-		v.addf(p+".probe", "must be %s or %s, got %q", ProbeInBand, ProbeOutOfBand, b.Probe)
+		v.addf(p+".probe", "must be %s or %s, got %s", ProbeInBand, ProbeOutOfBand, v.show(p+".probe", b.Probe))
 	}
 	v.positive(p+".probe_interval", b.ProbeInterval)
 	v.positive(p+".probe_timeout", b.ProbeTimeout)
 	if b.ProbeTimeout > b.ProbeInterval && b.ProbeInterval > 0 {
-		v.addf(p+".probe_timeout", "must be <= probe_interval (%v): one probe must end before the next", b.ProbeInterval)
+		v.addf(p+".probe_timeout", "must be <= probe_interval (%s): one probe must end before the next", v.show(p+".probe_interval", b.ProbeInterval))
 	}
 }
 
@@ -232,12 +246,13 @@ func (v *validator) routes() {
 			v.addf(p, "give gateways or split, not both")
 		}
 		seen := map[string]bool{}
-		for _, name := range r.Gateways {
+		for j, name := range r.Gateways {
+			item := fmt.Sprintf("%s.gateways[%d]", p, j)
 			if _, ok := c.Gateways[name]; !ok {
-				v.addf(p, "gateway %q is not configured", name)
+				v.addf(p, "gateway %s is not configured", v.show(item, name))
 			}
 			if seen[name] {
-				v.addf(p, "gateway %q is listed twice", name)
+				v.addf(p, "gateway %s is listed twice", v.show(item, name))
 			}
 			seen[name] = true
 		}
@@ -248,7 +263,7 @@ func (v *validator) routes() {
 					v.addf(p, "split: gateway %q is not configured", name)
 				}
 				if w := r.Split[name]; w <= 0 {
-					v.addf(join(p+".split", name), "weight must be > 0, got %d", w)
+					v.addf(join(p+".split", name), "weight must be > 0, got %s", v.show(join(p+".split", name), w))
 				}
 			}
 		}
@@ -257,28 +272,28 @@ func (v *validator) routes() {
 
 		if r.Hedge != nil {
 			if d, err := time.ParseDuration(r.Hedge.After); r.Hedge.After != HedgeP95 && (err != nil || d <= 0) {
-				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %q", HedgeP95, r.Hedge.After)
+				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %s", HedgeP95, v.show(p+".hedge.after", r.Hedge.After))
 			}
 			// Written so that NaN, which compares false with everything, is refused too.
 			if b := r.Hedge.Budget; !(b > 0 && b <= 1) {
-				v.addf(p+".hedge.budget", "must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got %v", b)
+				v.addf(p+".hedge.budget", "must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got %s", v.show(p+".hedge.budget", b))
 			}
 		}
 		if r.Strategy != StrategyOrdered && r.Strategy != StrategySuccessRate {
-			v.addf(p+".strategy", "must be %s or %s, got %q", StrategyOrdered, StrategySuccessRate, r.Strategy)
+			v.addf(p+".strategy", "must be %s or %s, got %s", StrategyOrdered, StrategySuccessRate, v.show(p+".strategy", r.Strategy))
 		}
 	}
 }
 
 func (v *validator) match(p string, m Match) {
 	for i, cur := range m.Currency {
-		if !upperLetters(cur, 3) {
-			v.addf(fmt.Sprintf("%s.currency[%d]", p, i), "%q is not a currency code (ISO 4217: 3 upper-case letters)", cur)
+		if path := fmt.Sprintf("%s.currency[%d]", p, i); !upperLetters(cur, 3) {
+			v.addf(path, "%s is not a currency code (ISO 4217: 3 upper-case letters)", v.show(path, cur))
 		}
 	}
 	for i, country := range m.Country {
-		if !upperLetters(country, 2) {
-			v.addf(fmt.Sprintf("%s.country[%d]", p, i), "%q is not a country code (ISO 3166 alpha-2: 2 upper-case letters)", country)
+		if path := fmt.Sprintf("%s.country[%d]", p, i); !upperLetters(country, 2) {
+			v.addf(path, "%s is not a country code (ISO 3166 alpha-2: 2 upper-case letters)", v.show(path, country))
 		}
 	}
 	if m.MinAmount < 0 {
@@ -288,20 +303,20 @@ func (v *validator) match(p string, m Match) {
 		v.addf(p+".max_amount", "must be >= 0 (0: no upper bound)")
 	}
 	if m.MinAmount > 0 && m.MaxAmount > 0 && m.MinAmount > m.MaxAmount {
-		v.addf(p, "min_amount %d is above max_amount %d; no charge can match", m.MinAmount, m.MaxAmount)
+		v.addf(p, "min_amount %s is above max_amount %s; no charge can match", v.show(p+".min_amount", m.MinAmount), v.show(p+".max_amount", m.MaxAmount))
 	}
 }
 
 func (v *validator) fallbacks() {
 	f := v.c.Fallbacks
 	if f.Charge != FallbackFail {
-		v.addf("fallbacks.charge", "must be %s, got %q", FallbackFail, f.Charge)
+		v.addf("fallbacks.charge", "must be %s, got %s", FallbackFail, v.show("fallbacks.charge", f.Charge))
 	}
 	if f.Refund != FallbackQueue && f.Refund != FallbackFail {
-		v.addf("fallbacks.refund", "must be %s or %s, got %q", FallbackQueue, FallbackFail, f.Refund)
+		v.addf("fallbacks.refund", "must be %s or %s, got %s", FallbackQueue, FallbackFail, v.show("fallbacks.refund", f.Refund))
 	}
 	if f.Status != FallbackDegrade && f.Status != FallbackFail {
-		v.addf("fallbacks.status", "must be %s or %s, got %q", FallbackDegrade, FallbackFail, f.Status)
+		v.addf("fallbacks.status", "must be %s or %s, got %s", FallbackDegrade, FallbackFail, v.show("fallbacks.status", f.Status))
 	}
 }
 
@@ -322,7 +337,7 @@ func (v *validator) hostPort(path, addr string) {
 		}
 	}
 	if err != nil {
-		v.addf(path, "%q is not host:port (e.g. \":8080\" or \"127.0.0.1:8080\")", addr)
+		v.addf(path, "%s is not host:port (e.g. \":8080\" or \"127.0.0.1:8080\")", v.show(path, addr))
 	}
 }
 

@@ -17,11 +17,11 @@ func TestValidation(t *testing.T) {
 		want     []string // every problem, in order
 	}{
 		// Top level.
-		{"no api key", "api_keys: [sk_test]", "api_keys: []",
+		{"no api key", "api_keys: [sk_test_key_0123456789abcdef]", "api_keys: []",
 			[]string{"auth.api_keys: at least one API key is required"}},
-		{"api keys absent", "  api_keys: [sk_test]\n", "",
+		{"api keys absent", "  api_keys: [sk_test_key_0123456789abcdef]\n", "",
 			[]string{"auth.api_keys: at least one API key is required"}},
-		{"empty api key", "api_keys: [sk_test]", `api_keys: [sk_test, "", " "]`,
+		{"empty api key", "api_keys: [sk_test_key_0123456789abcdef]", `api_keys: [sk_test_key_0123456789abcdef, "", " "]`,
 			[]string{"auth.api_keys[1]: must not be empty (is its environment variable set?)", "auth.api_keys[2]: must not be empty (is its environment variable set?)"}},
 		{"listen without a port", top, top + "listen: \"8080\"\n",
 			[]string{`listen: "8080" is not host:port (e.g. ":8080" or "127.0.0.1:8080")`}},
@@ -173,7 +173,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestValidationNoGateways(t *testing.T) {
-	got := problemsOf(t, "auth: {api_keys: [k]}\n")
+	got := problemsOf(t, "auth: {api_keys: [key_0123456789abcdef012345]}\n")
 	if !slices.Equal(got, []string{"gateways: at least one gateway is required"}) {
 		t.Errorf("problems = %q", got)
 	}
@@ -183,7 +183,7 @@ func TestValidationAll(t *testing.T) {
 	text := edit(t, baseYAML, "timeout: 3s", "timeout: 0s")
 	text = edit(t, text, "max_concurrent: 20", "max_concurrent: 0")
 	text = edit(t, text, "kind: ding", "kind: nope")
-	text = edit(t, text, "api_keys: [sk_test]", "api_keys: []")
+	text = edit(t, text, "api_keys: [sk_test_key_0123456789abcdef]", "api_keys: []")
 	text = edit(t, text, "gateways: [paywell, ding, tranglo]", "gateways: [paywell, stripe]")
 	want := []string{
 		"auth.api_keys: at least one API key is required",

@@ -3,34 +3,93 @@ package httpapi
 import (
 	"crypto/sha256"
 	"sync/atomic"
+
+	"github.com/payrouter/payrouter/config"
 )
 
-// Credentials hold the storefront's API keys and the admin token, shared by both listeners, and
+// Credentials hold the storefront's API keys and the admin tokens, shared by both listeners, and
 // swapped whole by a reload: ops rotate a key (add the new one, move the clients, remove the old
-// one) without a restart.
+// one) without a restart. Only SHA-256 digests are kept: every check compares digests in
+// constant time, so neither a key's value nor its length shows in how long a check takes.
 type Credentials struct {
 	cur atomic.Pointer[credentials]
 }
 
 type credentials struct {
-	apiKeys    [][32]byte // SHA-256 of each API key: compared in constant time, never kept in clear
-	adminToken string     // empty: /admin/ answers 403 to everyone
+	apiKeys []apiKey
+	admins  []adminToken // empty: /admin/ answers 403 to everyone
 }
 
-// NewCredentials returns the credentials of apiKeys and adminToken.
+// apiKey is one configured API key, as requireAPIKey checks it.
+type apiKey struct {
+	sum    [32]byte
+	scope  string          // what its charges, refunds and idempotency keys are stored under
+	rights map[string]bool // nil: every right
+	list   []string        // the rights as configured, for a 403's detail; nil: every right
+}
+
+// allows reports whether the key has right.
+func (k *apiKey) allows(right string) bool { return k.rights == nil || k.rights[right] }
+
+// adminToken is one configured admin token.
+type adminToken struct {
+	sum  [32]byte
+	name string // the actor is "admin:<name>"
+}
+
+// NewCredentials returns the credentials of plain apiKeys (every right, scope from the digest)
+// and adminToken (named "admin"; empty: none).
 func NewCredentials(apiKeys []string, adminToken string) *Credentials {
 	c := &Credentials{}
 	c.Set(apiKeys, adminToken)
 	return c
 }
 
-// Set replaces the API keys and the admin token; requests that passed the check go on.
+// NewAuthCredentials returns the credentials of a configuration's auth section.
+func NewAuthCredentials(a config.Auth) *Credentials {
+	c := &Credentials{}
+	c.SetAuth(a)
+	return c
+}
+
+// Set replaces the credentials with plain apiKeys and adminToken; requests that passed the check
+// go on.
 func (c *Credentials) Set(apiKeys []string, adminToken string) {
-	next := &credentials{adminToken: adminToken}
+	a := config.Auth{AdminToken: adminToken}
 	for _, k := range apiKeys {
-		next.apiKeys = append(next.apiKeys, sha256.Sum256([]byte(k)))
+		a.APIKeys = append(a.APIKeys, config.APIKey{Key: k})
+	}
+	c.SetAuth(a)
+}
+
+// SetAuth replaces the credentials with a configuration's auth section; requests that passed the
+// check go on.
+func (c *Credentials) SetAuth(a config.Auth) {
+	next := &credentials{}
+	for _, k := range a.APIKeys {
+		key := apiKey{sum: sha256.Sum256([]byte(k.Key))}
+		key.scope = scopeOf(key.sum)
+		if k.Name != "" {
+			key.scope = namedScope(k.Name)
+		}
+		if k.Rights != nil {
+			key.rights = map[string]bool{}
+			for _, r := range k.Rights {
+				key.rights[r] = true
+			}
+			key.list = append([]string(nil), k.Rights...)
+		}
+		next.apiKeys = append(next.apiKeys, key)
+	}
+	for _, t := range a.Admins() {
+		next.admins = append(next.admins, adminToken{sum: sha256.Sum256([]byte(t.Token)), name: t.Name})
 	}
 	c.cur.Store(next)
 }
 
 func (c *Credentials) load() *credentials { return c.cur.Load() }
+
+// namedScope is the scope of a named API key: "name:" and the name. A digest's scope is 16 hex
+// digits and a name has no ':' (config refuses one), so no named scope can equal another key's,
+// and a stored "<scope>:<idempotency key>" splits one way only.
+func namedScope(name string) string { return "name:" + name }

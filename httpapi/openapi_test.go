@@ -252,6 +252,26 @@ func TestOpenAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("a key without the right", func(t *testing.T) {
+		captured := st.newCharge(t, "rights-c", true)
+		authorized := st.newCharge(t, "rights-a", false)
+		refund := st.expect(t, st.post(t, "/charge/"+captured+"/refund", "rights-r", `{"amount":100}`), 201).str("id")
+		readOnly, chargeOnly := "Bearer key-spec-read-only", "Bearer key-spec-charge-only"
+		for _, c := range []specCall{
+			{method: "POST", path: "/charge", key: "rights-1", body: chargeBody(1000, "tok_visa", ""), auth: readOnly},
+			{method: "POST", path: "/charge/" + authorized + "/capture", key: "rights-2", auth: readOnly},
+			{method: "POST", path: "/charge/" + authorized + "/void", key: "rights-3", auth: chargeOnly},
+			{method: "POST", path: "/charge/" + captured + "/refund", key: "rights-4", auth: readOnly},
+			{method: "GET", path: "/charge/" + captured, auth: chargeOnly},
+			{method: "GET", path: "/refund/" + refund, auth: chargeOnly},
+		} {
+			p := st.expect(t, st.send(t, st.api, c), 403)
+			if p.str("type") != "/problems/forbidden" {
+				t.Errorf("%s %s: type %q, want /problems/forbidden", c.method, c.path, p.str("type"))
+			}
+		}
+	})
+
 	t.Run("the gateway refuses our requests as malformed", func(t *testing.T) {
 		defer st.doors["paywell"].set(nil)
 		authorized := []string{st.newCharge(t, "malformed-a", false), st.newCharge(t, "malformed-b", false)}
@@ -612,9 +632,13 @@ func newSpecStack(t *testing.T, spec *openAPI, cov *coverage, refundFallback, st
 		urls[name] = srv.URL
 	}
 	cfgText := fmt.Sprintf(`
+listen: 127.0.0.1:8080
 request_timeout: 3s
 auth:
-  api_keys: ["key-spec"]
+  api_keys:
+    - "key-spec"
+    - {name: reader, key: "key-spec-read-only", rights: [read]}
+    - {name: charger, key: "key-spec-charge-only", rights: [charge]}
   admin_token: "admin-spec"
 gateways:
   paywell:
@@ -681,7 +705,7 @@ fallbacks:
 	}
 	st.reloader = &specReloader{running: cfg, file: cfgText}
 	deps := httpapi.Deps{
-		Credentials: httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken), Router: router, Store: st.store, Forced: st.store,
+		Credentials: httpapi.NewAuthCredentials(cfg.Auth), Router: router, Store: st.store, Forced: st.store,
 		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(), Reloader: st.reloader,
 		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
 	}
@@ -693,7 +717,7 @@ fallbacks:
 	st.api = serve(httpapi.NewServer(deps), storefrontURL, "Bearer key-spec")
 	st.admin = serve(httpapi.NewAdminServer(deps), adminURL, "Bearer admin-spec")
 	off := deps
-	off.Credentials = httpapi.NewCredentials(cfg.Auth.APIKeys, "")
+	off.Credentials = httpapi.NewAuthCredentials(config.Auth{APIKeys: cfg.Auth.APIKeys})
 	st.adminOff = serve(httpapi.NewAdminServer(off), adminURL, "")
 
 	// Another instance, sharing breakers through a state store that does not answer.

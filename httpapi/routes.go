@@ -1,17 +1,22 @@
 package httpapi
 
-import "github.com/labstack/echo/v4"
+import (
+	"github.com/labstack/echo/v4"
 
-// storefrontRoutes lists every route of the storefront listener.
+	"github.com/payrouter/payrouter/config"
+)
+
+// storefrontRoutes lists every route of the storefront listener, each API route with the right
+// (auth.api_keys rights) its key needs.
 func (s *server) storefrontRoutes(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.POST("/charge", s.createCharge, s.requireAPIKey)
-	e.GET("/charge/:id", s.getCharge, s.requireAPIKey)
-	e.POST("/charge/:id/capture", s.captureCharge, s.requireAPIKey)
-	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey)
-	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey)
-	e.GET("/refund/:id", s.getRefund, s.requireAPIKey)
+	e.POST("/charge", s.createCharge, s.requireAPIKey(config.RightCharge))
+	e.GET("/charge/:id", s.getCharge, s.requireAPIKey(config.RightRead))
+	e.POST("/charge/:id/capture", s.captureCharge, s.requireAPIKey(config.RightCapture))
+	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey(config.RightVoid))
+	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey(config.RightRefund))
+	e.GET("/refund/:id", s.getRefund, s.requireAPIKey(config.RightRead))
 }
 
 // adminRoutes lists every route of the admin listener.

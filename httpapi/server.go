@@ -62,13 +62,14 @@ type Deps struct {
 
 type server struct {
 	Deps
+	authLog *authFailureLog // samples this listener's auth.failed lines
 }
 
 func newEcho(d Deps) (*echo.Echo, *server) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{Deps: d}
+	s := &server{Deps: d, authLog: newAuthFailureLog()}
 	if s.Credentials == nil {
 		s.Credentials = NewCredentials(nil, "")
 	}
@@ -176,7 +177,8 @@ func clientAddress(c echo.Context) string {
 }
 
 // actorOf names who made the request, once authenticated: "key:<scope>" for an API key,
-// "admin:<name>" (or "admin") for an admin token; "" before authentication.
+// "admin:<name>" for an admin token (auth.admin_token is "admin:admin"); "" before
+// authentication.
 func actorOf(c echo.Context) string {
 	a, _ := c.Get("actor").(string)
 	return a
@@ -192,23 +194,37 @@ func bearer(c echo.Context) (string, bool) {
 	return h[len(prefix):], true
 }
 
-// requireAPIKey lets through requests with a configured API key, and remembers which: idempotency
-// keys are scoped per API key.
-func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		token, ok := bearer(c)
-		if ok {
+// requireAPIKey lets through requests with a configured API key that has right (a config.Right*),
+// and remembers which key: charges, refunds and idempotency keys are scoped per API key. A
+// missing or unknown key is authFailed (401); a known key without the right answers 403.
+func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			token, ok := bearer(c)
+			if !ok {
+				return s.authFailed(c, listenerStorefront, authMissing)
+			}
 			sum := sha256.Sum256([]byte(token))
-			for _, k := range s.Credentials.load().apiKeys {
-				if subtle.ConstantTimeCompare(sum[:], k[:]) == 1 {
-					scope := scopeOf(sum)
-					c.Set("key_scope", scope)
-					c.Set("actor", "key:"+scope)
-					return next(c)
+			// Every key is compared, the first match kept: the time taken does not depend on
+			// which key matched, or whether one did.
+			var key *apiKey
+			keys := s.Credentials.load().apiKeys
+			for i := range keys {
+				if subtle.ConstantTimeCompare(sum[:], keys[i].sum[:]) == 1 && key == nil {
+					key = &keys[i]
 				}
 			}
+			if key == nil {
+				return s.authFailed(c, listenerStorefront, authWrong)
+			}
+			c.Set("key_scope", key.scope)
+			c.Set("actor", "key:"+key.scope)
+			if !key.allows(right) {
+				return writeProblem(c, newProblem(codeForbidden, fmt.Sprintf(
+					"this API key has no right to %s (its rights: %s; see auth.api_keys rights)", right, strings.Join(key.list, ", "))))
+			}
+			return next(c)
 		}
-		return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <API key> with a configured key"))
 	}
 }
 
@@ -222,18 +238,31 @@ func scopeOf(sum [32]byte) string {
 	return string(b)
 }
 
-// requireAdmin lets through requests with the admin token; with none configured nobody passes.
+// requireAdmin lets through requests with one of the admin tokens, and names the actor by the
+// token's name; with none configured nobody passes (403). The bearer token's digest is compared
+// with every token's, in constant time and without stopping at a match, so neither the tokens'
+// lengths nor which one matched shows in the time taken.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		admin := s.Credentials.load().adminToken
-		if admin == "" {
-			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token"))
+		admins := s.Credentials.load().admins
+		if len(admins) == 0 {
+			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token or auth.admin_tokens"))
 		}
 		token, ok := bearer(c)
-		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(admin)) != 1 {
-			return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <admin token>"))
+		if !ok {
+			return s.authFailed(c, listenerAdmin, authMissing)
 		}
-		c.Set("actor", "admin")
+		sum := sha256.Sum256([]byte(token))
+		name := ""
+		for _, a := range admins {
+			if subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 && name == "" {
+				name = a.name
+			}
+		}
+		if name == "" {
+			return s.authFailed(c, listenerAdmin, authWrong)
+		}
+		c.Set("actor", "admin:"+name)
 		return next(c)
 	}
 }

@@ -29,6 +29,7 @@ type stack struct {
 	domains    *resilience.Domains
 	store      *memstore.Store
 	router     *routing.Router
+	creds      *Credentials // both handlers': a test may set other keys
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -75,7 +76,7 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
-	st.store, st.router = store, router
+	st.store, st.router, st.creds = store, router, deps.Credentials
 	return st
 }
 

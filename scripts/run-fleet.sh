@@ -7,8 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The demo's secrets, passed explicitly: the configuration has no default for any secret. They
+# are published (config.DemoSecrets), so payrouter accepts them only while it listens on loopback
+# (`payrouter check` warns about each). Set any of these variables to use your own.
 export PAYROUTER_API_KEY="${PAYROUTER_API_KEY:-sk_test_demo}"
 export PAYROUTER_ADMIN_TOKEN="${PAYROUTER_ADMIN_TOKEN:-admin_test_demo}"
+export PAYWELL_API_KEY="${PAYWELL_API_KEY:-pw_test_demo}"
+export DING_API_KEY="${DING_API_KEY:-dg_test_demo}"
+export TRANGLO_API_KEY="${TRANGLO_API_KEY:-tg_test_demo}"
 redis_port="${REDIS_PORT:-6379}"
 pg_port="${PG_PORT:-5432}"
 export PAYROUTER_REDIS_URL="redis://127.0.0.1:$redis_port/0"

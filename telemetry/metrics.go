@@ -43,6 +43,7 @@ type Metrics struct {
 	probeUp            *prometheus.GaugeVec
 	probes             *prometheus.CounterVec
 	probeDuration      *prometheus.HistogramVec
+	authFailures       *prometheus.CounterVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -142,6 +143,7 @@ func NewMetrics() *Metrics {
 		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
 	}
 	m.queueDepth.WithLabelValues(TaskQueue)
+	m.authFailures = newAuthFailures(reg)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

@@ -237,7 +237,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid()),
 		path: path, getenv: getenv, adapters: map[string]payrouter.Gateway{}, checks: map[string]resilience.HealthCheck{}}
 	a.live.Store(cfg)
-	a.creds = httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken)
+	a.creds = httpapi.NewAuthCredentials(cfg.Auth)
 	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
 	a.domains = resilience.NewDomains(gatewaySettings(cfg), a.obs)
 	a.closers = append(a.closers, a.domains.Close)
@@ -386,7 +386,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	if a.worker != nil {
 		a.worker.SetIdle(workerIdle(next))
 	}
-	a.creds.Set(next.Auth.APIKeys, next.Auth.AdminToken)
+	a.creds.SetAuth(next.Auth)
 	a.metrics.ForgetGateways(changes.Gateways.Removed)
 	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
 	a.live.Store(next)
