@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // DemoSecrets are every secret value the repository ships in clear: the demo configurations'
@@ -144,7 +145,7 @@ func weakSecrets(c *Config) []weakness {
 		return false
 	}
 	short := func(path, s string) {
-		if len(s) < MinSecretLength {
+		if utf8.RuneCountInString(s) < MinSecretLength {
 			out = append(out, weakness{path, fmt.Sprintf("is shorter than %d characters; use a random one (openssl rand -hex 32)", MinSecretLength)})
 		}
 	}
