@@ -207,6 +207,7 @@ func (s *server) refundCharge(c echo.Context) error {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
 	refundID := refundIDFor(c.Get("key_scope").(string), key)
+	c.Set("refund_id", refundID)
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
 		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {

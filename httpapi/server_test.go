@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,6 +30,7 @@ type stack struct {
 	domains    *resilience.Domains
 	store      *memstore.Store
 	router     *routing.Router
+	log        *syncBuffer // every line both handlers logged, JSON
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -39,7 +41,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 // newStackHolding is newStack with Deps.Hold set to hold.
 func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack {
 	t.Helper()
-	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}}
+	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &syncBuffer{}}
 	names := []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
 	for _, n := range names {
@@ -72,6 +74,7 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 	deps := Deps{
 		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
+		Log: slog.New(slog.NewJSONHandler(st.log, nil)),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
