@@ -50,14 +50,20 @@ func (s *server) auditLine(c echo.Context, action, problemType string) {
 		slog.String("client_address", clientAddress(c)),
 		slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
 	}
+	// What the path names is the caller's text until payrouter found it: a breaker or charge
+	// that does not exist, or a path refused as malformed, is not repeated (it could be anything,
+	// a credential pasted in the wrong place included).
+	named := status != http.StatusNotFound && status != http.StatusBadRequest
 	switch action {
 	case auditBreaker:
 		attrs[0] = slog.String("action", "breaker."+c.Param("action"))
-		attrs = append(attrs, slog.String("breaker", c.Param("gateway")+"/"+c.Param("operation")))
+		if named {
+			attrs = append(attrs, slog.String("breaker", c.Param("gateway")+"/"+c.Param("operation")))
+		}
 	case auditReload:
 	default:
-		id, _ := c.Get("charge_id").(string)
-		if id == "" {
+		id, _ := c.Get("charge_id").(string) // derived by payrouter: always safe to show
+		if id == "" && status != http.StatusBadRequest && (named || looksLikeID(c.Param("id"), "ch_")) {
 			id = c.Param("id")
 		}
 		attrs = append(attrs, slog.String("charge_id", id))
@@ -77,6 +83,22 @@ func (s *server) auditLine(c echo.Context, action, problemType string) {
 		attrs = append(attrs, slog.Bool("replayed", true))
 	}
 	s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "audit", attrs...)
+}
+
+// looksLikeID reports whether s has the shape of the ids payrouter makes: prefix, then up to 40
+// letters and digits. Another key's charge id asked for is worth its audit line; text that could
+// never be an id is not repeated.
+func looksLikeID(s, prefix string) bool {
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok || len(rest) == 0 || len(rest) > 40 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !('A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // problemCatcher keeps the start of a problem+json answer, to name the problem in the audit
