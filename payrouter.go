@@ -185,22 +185,25 @@ func MaskToken(token string) string {
 // Charge is one payment the storefront asked for, and everything payrouter did for it. Its JSON
 // form is how the stores keep it (the API shows its own view); the payment token is never kept.
 type Charge struct {
-	ID               string            `json:"id"`
-	Status           ChargeStatus      `json:"status"`
-	Amount           int64             `json:"amount"`
-	Currency         string            `json:"currency"`
-	Country          string            `json:"country,omitempty"`
-	CustomerID       string            `json:"customer_id,omitempty"`
-	Description      string            `json:"description,omitempty"`
-	Metadata         map[string]string `json:"metadata,omitempty"`
-	PaymentMethod    PaymentMethod     `json:"-"` // kept for the gateways, never shown
-	Capture          bool              `json:"capture"`
-	PinnedGateway    string            `json:"pinned_gateway,omitempty"`
-	Route            string            `json:"route,omitempty"`
-	Gateway          string            `json:"gateway,omitempty"`
-	GatewayReference string            `json:"gateway_reference,omitempty"`
-	Reference        string            `json:"reference,omitempty"` // sent to Gateway as its idempotency field
-	DeclineCode      string            `json:"decline_code,omitempty"`
+	ID            string            `json:"id"`
+	Status        ChargeStatus      `json:"status"`
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	Country       string            `json:"country,omitempty"`
+	CustomerID    string            `json:"customer_id,omitempty"`
+	Description   string            `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	PaymentMethod PaymentMethod     `json:"-"` // kept for the gateways, never shown
+	Capture       bool              `json:"capture"`
+	PinnedGateway string            `json:"pinned_gateway,omitempty"`
+	Route         string            `json:"route,omitempty"`
+	// Owner is the API key scope that created the charge: only requests with that scope see or
+	// act on it (OwnedBy). Empty for a charge stored before owners were recorded.
+	Owner            string `json:"owner,omitempty"`
+	Gateway          string `json:"gateway,omitempty"`
+	GatewayReference string `json:"gateway_reference,omitempty"`
+	Reference        string `json:"reference,omitempty"` // sent to Gateway as its idempotency field
+	DeclineCode      string `json:"decline_code,omitempty"`
 	// Refunded is the sum of the refunds the gateway applied (queued ones are not in it yet).
 	Refunded  int64     `json:"refunded,omitempty"`
 	Attempts  []Attempt `json:"attempts"`
@@ -253,6 +256,8 @@ type Refund struct {
 	Currency string       `json:"currency"`
 	Status   RefundStatus `json:"status"`
 	Gateway  string       `json:"gateway"`
+	// Owner is the API key scope of its charge (Charge.Owner): only that scope reads it.
+	Owner string `json:"owner,omitempty"`
 	// Reference is sent as the gateway's idempotency field for this refund, the same every time
 	// it is sent: a refund sent twice is applied once.
 	Reference        string    `json:"reference"`
@@ -261,6 +266,14 @@ type Refund struct {
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 }
+
+// OwnedBy reports whether a request with the API key scope may see and act on the charge: the
+// scope that created it may. A charge stored before owners were recorded has none and stays
+// open to every key until it expires, as it was when it was made.
+func (c *Charge) OwnedBy(scope string) bool { return c.Owner == "" || c.Owner == scope }
+
+// OwnedBy reports whether a request with the API key scope may read the refund (Charge.OwnedBy).
+func (r *Refund) OwnedBy(scope string) bool { return r.Owner == "" || r.Owner == scope }
 
 // RefundReference is the reference a refund is sent to its gateway with.
 func RefundReference(refundID string) string { return refundID }

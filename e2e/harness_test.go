@@ -32,6 +32,8 @@ import (
 const (
 	apiKey     = "e2e-api-key"
 	adminToken = "e2e-admin-token"
+	// otherAPIKey is a second storefront's key: it must never see apiKey's charges.
+	otherAPIKey = "e2e-other-api-key"
 )
 
 const (
@@ -416,7 +418,7 @@ type routerConfig struct {
 func (c routerConfig) yaml(listen, admin string, s *sims) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %q\nadmin_listen: %q\nrequest_timeout: %s\n", listen, admin, c.RequestTimeout)
-	fmt.Fprintf(&b, "auth:\n  api_keys: [%q]\n  admin_token: %q\n", apiKey, adminToken)
+	fmt.Fprintf(&b, "auth:\n  api_keys: [%q, %q]\n  admin_token: %q\n", apiKey, otherAPIKey, adminToken)
 	fmt.Fprintf(&b, "state:\n  redis_url: %q\n  database_url: %q\n", c.RedisURL, c.DatabaseURL)
 	if c.RedisTimeout > 0 {
 		fmt.Fprintf(&b, "  redis_timeout: %s\n", c.RedisTimeout)

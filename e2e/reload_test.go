@@ -149,7 +149,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	// starts a key rotation.
 	delete(cfg.Gateways, "paywell")
 	const nextKey = "sk_e2e_rotated_in"
-	withKey := strings.Replace(cfg.yaml(listen, admin, s), fmt.Sprintf("api_keys: [%q]", apiKey), fmt.Sprintf("api_keys: [%q, %q]", apiKey, nextKey), 1)
+	withKey := strings.Replace(cfg.yaml(listen, admin, s), fmt.Sprintf("api_keys: [%q, %q]", apiKey, otherAPIKey), fmt.Sprintf("api_keys: [%q, %q, %q]", apiKey, otherAPIKey, nextKey), 1)
 	if !strings.Contains(withKey, nextKey) {
 		t.Fatal("test bug: the configuration's api_keys line is not where the test looks")
 	}

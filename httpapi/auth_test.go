@@ -26,10 +26,11 @@ const chargeJSON = `{"amount":1999,"currency":"USD","payment_method":{"type":"ca
 // forbidden, naming the right, and a key with it goes through.
 func TestAPIKeyRights(t *testing.T) {
 	st := newStack(t, "admin-token")
+	// One scope, three keys with different rights: each sees the charges the others made.
 	st.creds.SetAuth(config.Auth{APIKeys: []config.APIKey{
-		{Key: "key-all"},
-		{Name: "reader", Key: "key-read", Rights: []string{config.RightRead}},
-		{Name: "till", Key: "key-till", Rights: []string{config.RightCharge, config.RightCapture, config.RightVoid}},
+		{Name: "shop", Key: "key-all"},
+		{Name: "shop", Key: "key-read", Rights: []string{config.RightRead}},
+		{Name: "shop", Key: "key-till", Rights: []string{config.RightCharge, config.RightCapture, config.RightVoid}},
 	}})
 	bearer := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
 	newCharge := func(key string, capture bool) string {
@@ -114,6 +115,15 @@ func TestNamedKeysShareTheirScope(t *testing.T) {
 	}
 	if plain.status != 201 || plain.header.Get("Idempotent-Replayed") != "" || plain.body == first.body {
 		t.Errorf("another key with the same Idempotency-Key: %d %s, want a charge of its own", plain.status, plain.body)
+	}
+	var ch struct{ ID string }
+	if err := json.Unmarshal([]byte(first.body), &ch); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int{"key-eu-old": 200, "key-eu-new": 200, "key-plain": 404} {
+		if r := do(st.api, "GET", "/charge/"+ch.ID, "", "Authorization", "Bearer "+key); r.status != want {
+			t.Errorf("GET shop-eu's charge with %s: %d, want %d", key, r.status, want)
+		}
 	}
 
 	who := whoAmI(t, st.creds, nil)

@@ -322,14 +322,15 @@ func (s *server) createCharge(c echo.Context) error {
 		return writeProblem(c, invalid("the charge is not valid; see errors",
 			fieldError{Field: "gateway", Message: "is not a configured gateway"}))
 	}
-	id := chargeIDFor(c.Get("key_scope").(string), key)
-	c.Set("charge_id", id) // for the request's span
+	scope := c.Get("key_scope").(string)
+	id := chargeIDFor(scope, key)
+	c.Set("charge_id", id) // for the request's span and the audit line
 	fp := fingerprint("POST /charge", in)
-	if u, ok := s.Router.FastFail(c.Request().Context(), chargeOf(id, in, payrouter.Hold{})); ok {
+	if u, ok := s.Router.FastFail(c.Request().Context(), chargeOf(id, scope, in, payrouter.Hold{})); ok {
 		return s.fastFail(c, key, fp, u, s.currentCharge(c, id))
 	}
 	return s.idempotent(c, key, fp, func(hold payrouter.Hold) (answer, error) {
-		return s.runCharge(c, id, in, hold)
+		return s.runCharge(c, id, scope, in, hold)
 	}, s.currentCharge(c, id))
 }
 
@@ -352,10 +353,10 @@ func (s *server) fastFail(c echo.Context, key, fp string, u *fallback.Unavailabl
 	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
 }
 
-// chargeOf is the charge a valid request asks for, under id.
-func chargeOf(id string, in chargeInput, hold payrouter.Hold) *payrouter.Charge {
+// chargeOf is the charge a valid request with the API key scope owner asks for, under id.
+func chargeOf(id, owner string, in chargeInput, hold payrouter.Hold) *payrouter.Charge {
 	return &payrouter.Charge{
-		ID: id, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
+		ID: id, Owner: owner, Amount: in.Amount, Currency: in.Currency, Country: in.Country,
 		CustomerID: in.CustomerID, Description: in.Description, Metadata: in.Metadata,
 		PaymentMethod: payrouter.PaymentMethod{Type: in.PaymentMethod.Type, Token: in.PaymentMethod.Token},
 		Capture:       in.Capture, PinnedGateway: in.Gateway, Hold: hold,
@@ -396,8 +397,8 @@ func idFor(prefix, scope, key string) string {
 }
 
 // runCharge sends a valid charge through the router and shapes its answer.
-func (s *server) runCharge(c echo.Context, id string, in chargeInput, hold payrouter.Hold) (answer, error) {
-	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, in, hold))
+func (s *server) runCharge(c echo.Context, id, owner string, in chargeInput, hold payrouter.Hold) (answer, error) {
+	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, owner, in, hold))
 	a, aerr := s.chargeAnswer(c, ch, err)
 	var u *fallback.Unavailable
 	if aerr == nil && s.Router.LeavesFinalSave() && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
@@ -463,6 +464,9 @@ func refusedAsMalformed(attempts []payrouter.Attempt) bool {
 // getCharge is GET /charge/{id}: the charge's latest status, asked of its gateway while it is
 // processing; marked stale when the gateway could not be asked.
 func (s *server) getCharge(c echo.Context) error {
+	if err := s.ownCharge(c, c.Param("id")); err != nil {
+		return s.writeError(c, "charge.get_failed", err)
+	}
 	ch, stale, err := s.Router.Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		var u *fallback.Unavailable

@@ -15,6 +15,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // The operations on an answered charge (capture, void, refund) and the refund look-up.
@@ -134,6 +135,22 @@ func operationRequest(c echo.Context, withAmount bool) (key string, amount int64
 	return key, amount, nil
 }
 
+// ownCharge checks that the charge id is the request's to see and act on (payrouter.Charge.OwnedBy)
+// before anything else is done with it. Another API key's charge is answered exactly as one that
+// does not exist, so a key cannot even learn which ids are taken.
+func (s *server) ownCharge(c echo.Context, id string) error {
+	ch, err := s.Store.Charge(c.Request().Context(), id)
+	switch {
+	case errors.Is(err, payrouter.ErrNotFound):
+		return routing.ErrNoCharge(id)
+	case err != nil:
+		return err
+	case !ch.OwnedBy(c.Get("key_scope").(string)):
+		return routing.ErrNoCharge(id)
+	}
+	return nil
+}
+
 // problemAnswer is the answer to an operation that returned err: its problem, the one mapping
 // of errors to statuses (a 503 comes with Retry-After).
 func (s *server) problemAnswer(c echo.Context, op string, err error) (answer, error) {
@@ -163,6 +180,9 @@ func (s *server) changeAuthorization(c echo.Context, op string, run func(context
 		return writeProblem(c, *p)
 	}
 	id := c.Param("id")
+	if err := s.ownCharge(c, id); err != nil {
+		return s.writeError(c, op+".failed", err)
+	}
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{}), func(payrouter.Hold) (answer, error) {
 		ch, err := run(c.Request().Context(), id)
 		if err != nil {
@@ -180,10 +200,14 @@ func (s *server) refundCharge(c echo.Context) error {
 		return writeProblem(c, *p)
 	}
 	id := c.Param("id")
+	if err := s.ownCharge(c, id); err != nil {
+		return s.writeError(c, "refund.failed", err)
+	}
 	in := struct {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
 	refundID := refundIDFor(c.Get("key_scope").(string), key)
+	c.Set("refund_id", refundID)
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
 		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {
@@ -216,6 +240,9 @@ func refundAnswer(rf *payrouter.Refund) (answer, error) {
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
 	rf, err := s.Router.GetRefund(c.Request().Context(), c.Param("id"))
+	if err == nil && !rf.OwnedBy(c.Get("key_scope").(string)) {
+		err = routing.ErrNoRefund(rf.ID)
+	}
 	if err != nil {
 		return s.writeError(c, "refund.get_failed", err)
 	}

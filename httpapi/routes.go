@@ -11,11 +11,11 @@ import (
 func (s *server) storefrontRoutes(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.POST("/charge", s.createCharge, s.requireAPIKey(config.RightCharge))
+	e.POST("/charge", s.createCharge, s.requireAPIKey(config.RightCharge), s.audit(auditCharge))
 	e.GET("/charge/:id", s.getCharge, s.requireAPIKey(config.RightRead))
-	e.POST("/charge/:id/capture", s.captureCharge, s.requireAPIKey(config.RightCapture))
-	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey(config.RightVoid))
-	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey(config.RightRefund))
+	e.POST("/charge/:id/capture", s.captureCharge, s.requireAPIKey(config.RightCapture), s.audit(auditCapture))
+	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey(config.RightVoid), s.audit(auditVoid))
+	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey(config.RightRefund), s.audit(auditRefund))
 	e.GET("/refund/:id", s.getRefund, s.requireAPIKey(config.RightRead))
 }
 
@@ -27,8 +27,8 @@ func (s *server) adminRoutes(e *echo.Echo) {
 	e.GET("/admin/statuspage.js", s.statusPageScript) // likewise
 	admin := e.Group("/admin", s.requireAdmin)
 	admin.GET("/breakers", s.listBreakers)
-	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction)
+	admin.POST("/breakers/:gateway/:operation/:action", s.breakerAction, s.audit(auditBreaker))
 	admin.GET("/gateways", s.listGateways)
 	admin.GET("/charges", s.listCharges)
-	admin.POST("/reload", s.reloadConfig)
+	admin.POST("/reload", s.reloadConfig, s.audit(auditReload))
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -30,6 +31,7 @@ type stack struct {
 	store      *memstore.Store
 	router     *routing.Router
 	creds      *Credentials // both handlers': a test may set other keys
+	log        *syncBuffer  // every line both handlers logged, JSON
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -40,7 +42,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 // newStackHolding is newStack with Deps.Hold set to hold.
 func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack {
 	t.Helper()
-	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}}
+	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &syncBuffer{}}
 	names := []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
 	for _, n := range names {
@@ -73,6 +75,7 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 	deps := Deps{
 		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
+		Log:      slog.New(slog.NewJSONHandler(st.log, nil)),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)

@@ -292,7 +292,7 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	now := r.now().UTC()
 	rf := &payrouter.Refund{
 		ID: id, ChargeID: c.ID, Amount: amount, Currency: c.Currency, Status: payrouter.RefundPending,
-		Gateway: c.Gateway, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,
+		Gateway: c.Gateway, Owner: c.Owner, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,
 	}
 	// Before it is sent, two writes, in this order. First a task that finds out once this
 	// request is over, should this process die before the gateway's answer is stored: it sends
@@ -505,14 +505,17 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	}
 }
 
+// ErrNoRefund is the answer for a refund id that does not exist, or that the caller may not see.
+func ErrNoRefund(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no refund %q", id) }
+
 // GetRefund returns a stored refund, ENotFound when there is none with that id.
 func (r *Router) GetRefund(ctx context.Context, id string) (*payrouter.Refund, error) {
 	if r.refunds == nil {
-		return nil, payrouter.Errorf(payrouter.ENotFound, "no refund %q", id)
+		return nil, ErrNoRefund(id)
 	}
 	rf, err := r.refunds.Refund(ctx, id)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		return nil, payrouter.Errorf(payrouter.ENotFound, "no refund %q", id)
+		return nil, ErrNoRefund(id)
 	}
 	return rf, err
 }

@@ -461,11 +461,14 @@ func (r *Router) openUntil(gateway string) time.Time {
 	return time.Time{}
 }
 
+// ErrNoCharge is the answer for a charge id that does not exist, or that the caller may not see.
+func ErrNoCharge(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no charge %q", id) }
+
 // Get returns a stored charge.
 func (r *Router) Get(ctx context.Context, id string) (*payrouter.Charge, error) {
 	c, err := r.charges.Charge(ctx, id)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		return nil, payrouter.Errorf(payrouter.ENotFound, "no charge %q", id)
+		return nil, ErrNoCharge(id)
 	}
 	return c, err
 }

@@ -34,6 +34,7 @@ func newCharge(id string, status payrouter.ChargeStatus, created time.Time) *pay
 		Capture:          true,
 		PinnedGateway:    "paywell",
 		Route:            "default",
+		Owner:            "scope_shop_eu",
 		Gateway:          "ding",
 		GatewayReference: "D-778812",
 		Reference:        payrouter.AttemptReference(id, 2),

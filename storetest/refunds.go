@@ -20,6 +20,7 @@ func newRefund(id string, status payrouter.RefundStatus) *payrouter.Refund {
 		Currency:         "USD",
 		Status:           status,
 		Gateway:          "paywell",
+		Owner:            "scope_shop_eu",
 		Reference:        payrouter.RefundReference(id),
 		GatewayReference: "re_P-1234",
 		Detail:           "charge_already_refunded",

@@ -639,7 +639,15 @@ serving:
 		case err := <-errc:
 			return err
 		case <-hup:
-			a.reload("SIGHUP") // logged and counted either way
+			// Logged and counted either way; audited as POST /admin/reload is, the actor being
+			// whoever may signal the process on its host.
+			result := "ok"
+			if _, err := a.reload("SIGHUP"); errors.Is(err, httpapi.ErrConfigRefused) {
+				result = "invalid-config"
+			} else if err != nil {
+				result = "internal"
+			}
+			log.Info("audit", "action", "reload", "actor", "signal:SIGHUP", "client_address", "local", "result", result)
 		}
 	}
 	// Drain: charges under way finish (each within request_timeout), new connections are refused.
