@@ -68,6 +68,14 @@ func (c *Config) Check() Report {
 		}
 	}
 
+	c.tlsWarnings(time.Now(), warn)
+	if c.TLS == nil && plainHTTPBeyondHost(c.Listen) {
+		warn("listen: %s is reachable from other hosts and tls is not set: API keys and card tokens cross the network in clear text unless a proxy in front terminates TLS (docs/tls.md)", c.Listen)
+	}
+	if c.AdminTLS == nil && plainHTTPBeyondHost(c.AdminListen) {
+		warn("admin_listen: %s is reachable from other hosts and admin_tls is not set: the admin token crosses the network in clear text (docs/tls.md)", c.AdminListen)
+	}
+
 	for _, name := range c.GatewayOrder() {
 		g := c.Gateways[name]
 		p := join("gateways", name)

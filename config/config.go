@@ -10,7 +10,7 @@ import (
 
 // Config is one payrouter configuration file, with defaults applied and validated.
 type Config struct {
-	Listen         string             `yaml:"listen"`          // storefront listener; default ":8080"
+	Listen         string             `yaml:"listen"`          // storefront listener; default "127.0.0.1:8080"
 	AdminListen    string             `yaml:"admin_listen"`    // admin listener; default "127.0.0.1:9090"
 	RequestTimeout time.Duration      `yaml:"request_timeout"` // budget of one API request, failover included; default 10s
 	Auth           Auth               `yaml:"auth"`
@@ -21,6 +21,16 @@ type Config struct {
 	GatewayNames []string  `yaml:"-"`
 	Routes       []Route   `yaml:"routes"`
 	Fallbacks    Fallbacks `yaml:"fallbacks"`
+
+	// The listeners' own settings (docs/tls.md): HTTPS (nil: plain HTTP), the most connections
+	// open at once, and how long a keep-alive connection may sit idle. The admin_ keys are the
+	// admin listener's.
+	TLS                 *ListenerTLS  `yaml:"tls"`
+	MaxConnections      int           `yaml:"max_connections"`       // default 4096
+	IdleTimeout         time.Duration `yaml:"idle_timeout"`          // default 75s
+	AdminTLS            *ListenerTLS  `yaml:"admin_tls"`             //
+	AdminMaxConnections int           `yaml:"admin_max_connections"` // default 64
+	AdminIdleTimeout    time.Duration `yaml:"admin_idle_timeout"`    // default 75s
 }
 
 // Auth holds the storefront's API keys and the admin tokens (docs/keys-and-secrets.md).

@@ -64,6 +64,14 @@ func Diff(running, next *Config) Changes {
 		{"request_timeout", running.RequestTimeout == next.RequestTimeout},
 		{"state", running.State == next.State},
 		{"idempotency", running.Idempotency == next.Idempotency},
+		// A reload re-reads the TLS files, and takes new file names or min_version; turning TLS
+		// on or off changes what the listener is.
+		{"tls", (running.TLS == nil) == (next.TLS == nil)},
+		{"max_connections", running.MaxConnections == next.MaxConnections},
+		{"idle_timeout", running.IdleTimeout == next.IdleTimeout},
+		{"admin_tls", (running.AdminTLS == nil) == (next.AdminTLS == nil)},
+		{"admin_max_connections", running.AdminMaxConnections == next.AdminMaxConnections},
+		{"admin_idle_timeout", running.AdminIdleTimeout == next.AdminIdleTimeout},
 	} {
 		if !f.same {
 			ch.RestartNeeded = append(ch.RestartNeeded, f.key)
@@ -78,5 +86,13 @@ func Reloadable(running, next *Config) *Config {
 	out := *next
 	out.Listen, out.AdminListen, out.RequestTimeout = running.Listen, running.AdminListen, running.RequestTimeout
 	out.State, out.Idempotency = running.State, running.Idempotency
+	out.MaxConnections, out.IdleTimeout = running.MaxConnections, running.IdleTimeout
+	out.AdminMaxConnections, out.AdminIdleTimeout = running.AdminMaxConnections, running.AdminIdleTimeout
+	if (running.TLS == nil) != (next.TLS == nil) {
+		out.TLS = running.TLS
+	}
+	if (running.AdminTLS == nil) != (next.AdminTLS == nil) {
+		out.AdminTLS = running.AdminTLS
+	}
 	return &out
 }

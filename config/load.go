@@ -17,7 +17,7 @@ import (
 // Defaults of CONTRACT.md, Configuration. A key the file leaves out takes its default; a key the
 // file gives, even as 0, keeps the file's value, so "consecutive_failures: 0" can mean "off".
 const (
-	defaultListen           = ":8080"
+	defaultListen           = "127.0.0.1:8080"
 	defaultAdminListen      = "127.0.0.1:9090"
 	defaultRequestTimeout   = 10 * time.Second
 	defaultIdempotencyTTL   = 24 * time.Hour
@@ -157,6 +157,19 @@ func yamlProblem(err error, text []byte) string {
 func applyDefaults(c *Config, present map[string]bool) {
 	defString(&c.Listen, defaultListen)
 	defString(&c.AdminListen, defaultAdminListen)
+	if !present["max_connections"] {
+		c.MaxConnections = defaultMaxConnections
+	}
+	if !present["admin_max_connections"] {
+		c.AdminMaxConnections = defaultAdminMaxConnections
+	}
+	defDuration(&c.IdleTimeout, present["idle_timeout"], defaultIdleTimeout)
+	defDuration(&c.AdminIdleTimeout, present["admin_idle_timeout"], defaultIdleTimeout)
+	for _, t := range []*ListenerTLS{c.TLS, c.AdminTLS} {
+		if t != nil {
+			defString(&t.MinVersion, TLSVersion12)
+		}
+	}
 	defDuration(&c.RequestTimeout, present["request_timeout"], defaultRequestTimeout)
 	defDuration(&c.Idempotency.TTL, present["idempotency.ttl"], defaultIdempotencyTTL)
 	defDuration(&c.State.RedisTimeout, present["state.redis_timeout"], defaultRedisTimeout)

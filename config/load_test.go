@@ -113,7 +113,7 @@ gateways:
 		HalfOpenRequests: 1, Probe: ProbeInBand, ProbeInterval: 5 * time.Second, ProbeTimeout: 2 * time.Second,
 	}
 	want := &Config{
-		Listen:         ":8080",
+		Listen:         "127.0.0.1:8080",
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []APIKey{{Key: "key_0123456789abcdef012345"}}},
@@ -126,6 +126,9 @@ gateways:
 		GatewayNames: []string{"b", "a"},
 		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: StrategyOrdered}},
 		Fallbacks:    Fallbacks{Charge: FallbackFail, Refund: FallbackQueue, Status: FallbackDegrade},
+
+		MaxConnections: 4096, IdleTimeout: 75 * time.Second,
+		AdminMaxConnections: 64, AdminIdleTimeout: 75 * time.Second,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *c, *want)
@@ -174,8 +177,8 @@ func TestExplicitZeroVersusAbsent(t *testing.T) {
 	})
 	t.Run("explicit max_wait and empty listen", func(t *testing.T) {
 		c := mustParse(t, edit(t, baseYAML, "request_timeout: 10s\n", "request_timeout: 10s\nlisten: \"\"\n"))
-		if c.Listen != ":8080" {
-			t.Errorf("listen: \"\" = %q, want the default :8080", c.Listen)
+		if c.Listen != "127.0.0.1:8080" {
+			t.Errorf("listen: \"\" = %q, want the default 127.0.0.1:8080", c.Listen)
 		}
 	})
 	t.Run("explicit zero timeout is not defaulted", func(t *testing.T) {

@@ -102,6 +102,7 @@ func (v *validator) top() {
 	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
 		v.addf("admin_listen", "same address as listen; the admin API needs its own listener")
 	}
+	v.listeners()
 	v.positive("request_timeout", c.RequestTimeout)
 
 	v.auth()

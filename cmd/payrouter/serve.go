@@ -24,6 +24,7 @@ import (
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
+	"github.com/payrouter/payrouter/listener"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/pgstore"
 	"github.com/payrouter/payrouter/redisstore"
@@ -178,6 +179,8 @@ type app struct {
 	creds    *httpapi.Credentials // the API keys and admin token both listeners check
 	adapters map[string]payrouter.Gateway
 	checks   map[string]resilience.HealthCheck
+	// listeners are serve's storefront and admin listeners, whose certificates a reload renews.
+	listeners []*listener.Listener
 }
 
 // workerIdle is how long a queued task handed to an instance waits before another may take it:
@@ -337,7 +340,8 @@ func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, er
 // settings did not change (resilience.Domains.Update). Charges under way finish on the settings
 // they started with. A file that does not load is refused with its problems and nothing changes.
 // Settings that need a restart (listeners, request_timeout, state, idempotency) are reported
-// and keep their running values. Each reload is counted in payrouter_config_reloads_total and
+// and keep their running values; the listeners' TLS files are read again, and their
+// certificates renewed for new connections. Each reload is counted in payrouter_config_reloads_total and
 // logged (config.reloaded or config.reload_refused).
 func (a *app) reload(how string) (config.Changes, error) {
 	a.reloadMu.Lock()
@@ -389,9 +393,10 @@ func (a *app) reload(how string) (config.Changes, error) {
 	a.creds.SetAuth(next.Auth)
 	a.metrics.ForgetGateways(changes.Gateways.Removed)
 	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
+	certificates := a.reloadCertificates(next)
 	a.live.Store(next)
 	a.metrics.ConfigReloaded(true)
-	a.log.Info("config.reloaded", "how", how, "path", a.path,
+	a.log.Info("config.reloaded", "how", how, "path", a.path, "certificates_reloaded", certificates,
 		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
 		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth,
 		"restart_needed", changes.RestartNeeded)
@@ -605,17 +610,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 		newHTTPServer(cfg.Listen, httpapi.NewServer(deps), cfg.RequestTimeout, log),
 		newHTTPServer(cfg.AdminListen, httpapi.NewAdminServer(deps), cfg.RequestTimeout, log),
 	}
-	listeners := make([]net.Listener, len(servers))
-	for i, srv := range servers {
-		ln, err := net.Listen("tcp", srv.Addr)
-		if err != nil {
-			for _, l := range listeners[:i] {
-				l.Close()
-			}
-			return fmt.Errorf("listening on %s: %w", srv.Addr, err)
-		}
-		listeners[i] = ln
+	listeners, err := a.openListeners(cfg, servers)
+	if err != nil {
+		return err
 	}
+	a.listeners = listeners
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() {
@@ -625,6 +624,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 		}()
 	}
 	log.Info("payrouter.serving", "listen", listeners[0].Addr().String(), "admin_listen", listeners[1].Addr().String(),
+		"tls", listeners[0].TLS(), "admin_tls", listeners[1].TLS(),
 		"gateways", cfg.GatewayNames, "state", a.stateName(), "origin", a.origin)
 
 	// SIGHUP re-reads the configuration, as POST /admin/reload does.
