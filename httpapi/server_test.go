@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,6 +30,8 @@ type stack struct {
 	domains    *resilience.Domains
 	store      *memstore.Store
 	router     *routing.Router
+	keys       *keyRecorder  // every idempotency key the handlers gave the store
+	logs       *lockedBuffer // the handlers' log, JSON lines
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -69,8 +72,10 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.keys, st.logs = &keyRecorder{Store: store}, &lockedBuffer{}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: st.keys, Forced: store,
+		Log:     slog.New(slog.NewJSONHandler(st.logs, nil)),
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
