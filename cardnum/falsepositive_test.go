@@ -126,7 +126,7 @@ func anyWindow(s string) bool {
 // comes from this test's log (go test -run TestFalsePositiveRates -v ./cardnum).
 func TestFalsePositiveRates(t *testing.T) {
 	n := 100_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 10_000
 	}
 	kinds := []struct {
