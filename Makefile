@@ -23,15 +23,31 @@ run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gat
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), then the contract suite: core in memory, all of it on PostgreSQL and Redis
+test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
 	$(GO) vet ./...
 	bash scripts/check-alerts.sh
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz-short
 	@if [[ -f ../shared/contract/run.sh ]]; then \
 		bash ../shared/contract/run.sh core && CONTRACT_DATABASE=yes bash ../shared/contract/run.sh all; \
 	else \
 		echo "contract suite not found at ../shared/contract: skipped"; \
 	fi
+
+# Every func FuzzX in a _test.go file, run alone (go test takes one -fuzz target at a time) for
+# FUZZTIME. A failing input is written to the package's testdata/fuzz/FuzzX/ by go test: commit
+# it, so that every later `go test` runs it as a seed.
+FUZZTIME ?= 10s
+
+.PHONY: fuzz-short
+fuzz-short: ## run every fuzz target for FUZZTIME each (default 10s); failing inputs land in testdata/fuzz and are kept
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do \
+		dir=$$(dirname "$$file"); \
+		for target in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' "$$file" | sed 's/^func //'); do \
+			echo "fuzz $$dir $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "./$$dir"; \
+		done; \
+	done
 
 .PHONY: alerts
 alerts: ## promtool check rules and the alert rules' unit tests (configs/prometheus)

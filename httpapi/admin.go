@@ -64,7 +64,7 @@ func (s *server) breakerAction(c echo.Context) error {
 	gateway, op := c.Param("gateway"), payrouter.Operation(c.Param("operation"))
 	b := s.Domains.Breaker(gateway, op)
 	if b == nil {
-		return writeProblem(c, newProblem(payrouter.ENotFound, "no breaker "+gateway+"/"+string(op)))
+		return writeProblem(c, newProblem(payrouter.ENotFound, "no breaker "+echoable(gateway)+"/"+echoable(string(op))))
 	}
 	var forced payrouter.Forced
 	switch c.Param("action") {

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/fallback"
 )
 
@@ -112,9 +113,16 @@ func readJSONBody(c echo.Context) ([]byte, *problem) {
 	return body, nil
 }
 
-// idempotencyKey returns the request's Idempotency-Key: 1 to 255 printable ASCII characters.
+// idempotencyKey returns the request's Idempotency-Key: 1 to 255 printable ASCII characters,
+// and no card number. The key itself goes no further than this package: the stores keep its
+// digest (payrouter.IdempotencyStoreKey), and ids derive from it (chargeIDFor).
 func idempotencyKey(c echo.Context) (string, *problem) {
 	key := c.Request().Header.Get("Idempotency-Key")
+	if cardnum.Contains(key) {
+		p := invalid("the Idempotency-Key looks like a card number; send a key of your own making, such as a UUID",
+			fieldError{Field: "Idempotency-Key", Message: cardNumberRefusal})
+		return "", &p
+	}
 	ok := len(key) >= 1 && len(key) <= 255
 	for i := 0; ok && i < len(key); i++ {
 		ok = key[i] >= 0x20 && key[i] <= 0x7e
@@ -143,7 +151,7 @@ func fingerprint(op string, v any) string {
 // lost its key to a later request changes nothing.
 func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payrouter.Hold) (answer, error), current func(ctx context.Context) (answer, bool, error)) error {
 	ctx := c.Request().Context()
-	storeKey := c.Get("key_scope").(string) + ":" + key
+	storeKey := payrouter.IdempotencyStoreKey(c.Get("key_scope").(string), key)
 	rec, hold, err := s.Store.Claim(ctx, storeKey, fp, s.holdFor())
 	if err != nil || rec != nil {
 		return s.answerTaken(c, "idempotency.claim_failed", rec, err, current)
@@ -339,7 +347,7 @@ func (s *server) createCharge(c echo.Context) error {
 // with another body 422, and any other gets the honest 503, which is not stored (the client
 // sends the same key again after Retry-After).
 func (s *server) fastFail(c echo.Context, key, fp string, u *fallback.Unavailable, current func(ctx context.Context) (answer, bool, error)) error {
-	rec, err := s.Store.Peek(c.Request().Context(), c.Get("key_scope").(string)+":"+key, fp)
+	rec, err := s.Store.Peek(c.Request().Context(), payrouter.IdempotencyStoreKey(c.Get("key_scope").(string), key), fp)
 	if err != nil || rec != nil {
 		return s.answerTaken(c, "idempotency.peek_failed", rec, err, current)
 	}
@@ -384,6 +392,10 @@ func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Conte
 // the instance holding it died mid-call gets the same charge, which may have been approved,
 // instead of a second one (routing.Router.Charge). Attempt references derive from it too, so
 // even a charge sent again is the same transaction at the gateway.
+//
+// It takes the caller's key, not its stored digest (payrouter.IdempotencyStoreKey), and must
+// keep computing exactly what it did before the stores kept digests: a key claimed before an
+// upgrade and retried after it must name the same charge. The id shows nothing of the key.
 func chargeIDFor(scope, key string) string { return idFor("ch_", scope, key) }
 
 // refundIDFor is the id of the refund an Idempotency-Key asks for, for the same reason

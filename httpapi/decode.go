@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/payrouter/payrouter/cardnum"
 )
 
 // jsonValue is a decoded JSON value: *jsonObject, []jsonValue, string, json.Number, bool or nil.
@@ -125,18 +127,24 @@ type paymentMethod struct {
 
 // Limits of a charge body (CONTRACT.md, POST /charge).
 const (
-	maxAmount         = 1_000_000_000_000
-	maxDescription    = 500
-	maxMetadataPairs  = 20
-	maxMetadataKey    = 40
-	maxMetadataValue  = 500
+	maxAmount        = 1_000_000_000_000
+	maxDescription   = 500
+	maxMetadataPairs = 20
+	maxMetadataKey   = 40
+	maxMetadataValue = 500
+	// maxMetadataBytes bounds a charge's metadata as a whole: its keys and values together, in
+	// bytes of UTF-8, so that what a charge keeps in memory and in the database is bounded
+	// whatever the script (20 values of 500 four-byte characters would be 40 KB).
+	maxMetadataBytes  = 4096
 	maxShortString    = 255
 	cardNumberRefusal = "looks like a raw card number: payrouter takes tokens only, never card numbers"
 )
 
 var (
-	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
-	countryPattern  = regexp.MustCompile(`^[A-Z]{2}$`)
+	countryPattern = regexp.MustCompile(`^[A-Z]{2}$`)
+	// tokenPattern is what a payment_method.token may be: what the gateways' tokens are made
+	// of (tok_visa, pm_1N..., 8c7e..., tranglo:abc.123), and nothing that could carry text.
+	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 )
 
 // fields walks one JSON object against a fixed set of members, collecting field errors.
@@ -183,6 +191,10 @@ func (f fields) str(name string, required bool, maxLen int) string {
 	s, isStr := v.(string)
 	if !isStr {
 		f.fail(name, "must be a string")
+		return ""
+	}
+	if required && s == "" {
+		f.fail(name, "must not be empty")
 		return ""
 	}
 	if maxLen > 0 && utf8.RuneCountInString(s) > maxLen {
@@ -245,8 +257,8 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 	}
 
 	in.Currency = f.str("currency", true, 0)
-	if in.Currency != "" && !currencyPattern.MatchString(in.Currency) {
-		f.fail("currency", "must be an ISO 4217 code in upper case, such as USD")
+	if in.Currency != "" && !currencies[in.Currency] {
+		f.fail("currency", "must be the ISO 4217 code of a currency in use, in upper case, such as USD")
 	}
 
 	if pm := f.object("payment_method", true); pm != nil {
@@ -260,8 +272,8 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 			p.fail("type", `must be "card"`)
 		}
 		in.PaymentMethod.Token = p.str("token", true, maxShortString)
-		if s, isStr := pm.values["token"].(string); isStr && s == "" {
-			p.fail("token", "must not be empty")
+		if in.PaymentMethod.Token != "" && !tokenPattern.MatchString(in.PaymentMethod.Token) {
+			p.fail("token", "must be 1 to 255 of A-Z a-z 0-9 _ . : -")
 		}
 	}
 
@@ -287,7 +299,11 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 			f.fail("metadata", "must have at most %d pairs", maxMetadataPairs)
 		} else {
 			in.Metadata = make(map[string]string, len(md.keys))
+			size := 0
 			for _, k := range md.keys {
+				if s, isStr := md.values[k].(string); isStr {
+					size += len(k) + len(s)
+				}
 				s, isStr := md.values[k].(string)
 				switch {
 				case utf8.RuneCountInString(k) > maxMetadataKey || k == "":
@@ -300,6 +316,9 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 					in.Metadata[k] = s
 				}
 			}
+			if size > maxMetadataBytes {
+				f.fail("metadata", "must be at most %d bytes in all, keys and values in UTF-8", maxMetadataBytes)
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -311,7 +330,7 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 // safeName is a member name fit to appear in an error: printable, short, and not itself data
 // that must not be echoed.
 func safeName(k string) string {
-	if len(k) > 64 || !utf8.ValidString(k) || hasCardNumber(k) || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	if len(k) > 64 || !utf8.ValidString(k) || cardnum.Contains(k) || strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return "(a field name)"
 	}
 	return k
@@ -322,11 +341,11 @@ func safeName(k string) string {
 func findCardNumber(v jsonValue, path string) string {
 	switch t := v.(type) {
 	case string:
-		if hasCardNumber(t) {
+		if cardnum.Contains(t) {
 			return path
 		}
 	case json.Number:
-		if hasCardNumber(t.String()) {
+		if cardnum.Contains(t.String()) {
 			return path
 		}
 	case []jsonValue:
@@ -341,7 +360,7 @@ func findCardNumber(v jsonValue, path string) string {
 			if path != "" {
 				child = path + "." + k
 			}
-			if hasCardNumber(k) {
+			if cardnum.Contains(k) {
 				if path == "" {
 					return "(body)"
 				}
@@ -356,55 +375,4 @@ func findCardNumber(v jsonValue, path string) string {
 		}
 	}
 	return ""
-}
-
-// hasCardNumber reports whether s holds a run of 13 to 19 digits, optionally grouped by single
-// spaces or dashes, that passes the Luhn check: what a primary account number looks like.
-func hasCardNumber(s string) bool {
-	var digits [19]byte
-	n := 0
-	flush := func() bool {
-		ok := n >= 13 && n <= 19 && luhn(digits[:n])
-		n = 0
-		return ok
-	}
-	overflow := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			if n < len(digits) && !overflow {
-				digits[n] = c - '0'
-				n++
-			} else {
-				overflow = true
-			}
-		case (c == ' ' || c == '-') && n > 0 && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9':
-			// a separator inside a grouped number
-		default:
-			if !overflow && flush() {
-				return true
-			}
-			n, overflow = 0, false
-		}
-	}
-	return !overflow && flush()
-}
-
-// luhn reports whether the digits pass the Luhn checksum.
-func luhn(d []byte) bool {
-	sum := 0
-	double := false
-	for i := len(d) - 1; i >= 0; i-- {
-		x := int(d[i])
-		if double {
-			x *= 2
-			if x > 9 {
-				x -= 9
-			}
-		}
-		sum += x
-		double = !double
-	}
-	return sum%10 == 0
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,15 @@ func TestDecodeChargeValid(t *testing.T) {
 	if _, _, err := decodeCharge([]byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"country":null}`)); err != nil {
 		t.Errorf("null for an optional field must read as absent: %v", err)
 	}
+}
+
+// bigMetadata is n metadata pairs "k<i>" with values of size characters, as JSON members.
+func bigMetadata(n, size int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf(`"k%d":"%s"`, i, strings.Repeat("v", size)))
+	}
+	return strings.Join(parts, ",")
 }
 
 func TestDecodeChargeRefusals(t *testing.T) {
@@ -57,6 +67,19 @@ func TestDecodeChargeRefusals(t *testing.T) {
 		{"card number in metadata", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"note":"` + card + `"}}`, "metadata.note"},
 		{"grouped card number", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"card 4242 4242 4242 4242"}`, "description"},
 		{"card number as a number", `{"amount":` + card + `,"currency":"USD","payment_method":{"type":"card","token":"t"}}`, "amount"},
+		{"currency empty", `{"amount":1,"currency":"","payment_method":{"type":"card","token":"t"}}`, "currency"},
+		{"currency not in ISO 4217", `{"amount":1,"currency":"ZZZ","payment_method":{"type":"card","token":"t"}}`, "currency"},
+		{"currency no currency", `{"amount":1,"currency":"XXX","payment_method":{"type":"card","token":"t"}}`, "currency"},
+		{"type empty", `{"amount":1,"currency":"USD","payment_method":{"type":"","token":"t"}}`, "payment_method.type"},
+		{"the FuzzDecodeCharge find of issue 12", `{"amount":1,"currency":"","payment_method":{"type":"","token":"0"}}`, "payment_method.type"},
+		{"token with a space", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"tok visa"}}`, "payment_method.token"},
+		{"token with a quote", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"tok'1"}}`, "payment_method.token"},
+		{"token not ASCII", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"tok_vis\u00e4"}}`, "payment_method.token"},
+		{"token 256 characters", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"` + strings.Repeat("t", 256) + `"}}`, "payment_method.token"},
+		{"metadata key 41 characters", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"` + strings.Repeat("k", 41) + `":"v"}}`, "metadata"},
+		{"metadata value 501 characters", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"` + strings.Repeat("v", 501) + `"}}`, "metadata.k"},
+		{"metadata over 4096 bytes in all", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{` + bigMetadata(9, 499) + `}}`, "metadata"},
+		{"metadata of four-byte characters over 4096 bytes", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"` + strings.Repeat("😀", 500) + `","l":"` + strings.Repeat("😀", 500) + `","m":"` + strings.Repeat("😀", 100) + `"}}`, "metadata"},
 		{"card number as a key", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"` + card + `":"x"}}`, "metadata"},
 	}
 	for _, tc := range cases {
@@ -84,24 +107,23 @@ func TestDecodeChargeRefusals(t *testing.T) {
 	}
 }
 
-func TestHasCardNumber(t *testing.T) {
-	cases := []struct {
-		s    string
-		want bool
-	}{
-		{"4242424242424242", true},
-		{"4242-4242-4242-4242", true},
-		{"pay 4000 0566 5566 5556 now", true},
-		{"4242424242424241", false},        // fails Luhn
-		{"424242424242", false},            // 12 digits
-		{"42424242424242424242424", false}, // 23 digits: an id, not a card
-		{"order 1234567", false},
-		{"tok_visa", false},
-		{"", false},
+// TestCurrencies: the table of ISO 4217 codes takes currencies in use and refuses the codes
+// that are no money one charges a card in.
+func TestCurrencies(t *testing.T) {
+	for _, code := range []string{"USD", "EUR", "MYR", "SGD", "JPY", "IDR", "THB", "XOF", "XCG", "BHD"} {
+		if _, errs, err := decodeCharge([]byte(`{"amount":1,"currency":"` + code + `","payment_method":{"type":"card","token":"t"}}`)); err != nil {
+			t.Errorf("%s refused: %v", code, errs)
+		}
 	}
-	for _, tc := range cases {
-		if got := hasCardNumber(tc.s); got != tc.want {
-			t.Errorf("hasCardNumber(%q) = %v, want %v", tc.s, got, tc.want)
+	for _, code := range []string{"ZZZ", "XXX", "XTS", "XAU", "XDR", "BOV", "CLF", "USN", "ANG", "BGN", "HRK", "VEF", "usd", "US", "USDD"} {
+		_, errs, err := decodeCharge([]byte(`{"amount":1,"currency":"` + code + `","payment_method":{"type":"card","token":"t"}}`))
+		if err == nil || len(errs) != 1 || errs[0].Field != "currency" {
+			t.Errorf("%s: got %v, want one error on currency", code, errs)
+		}
+	}
+	for code := range currencies {
+		if len(code) != 3 || strings.ToUpper(code) != code {
+			t.Errorf("table entry %q is not an upper-case three-letter code", code)
 		}
 	}
 }
@@ -111,10 +133,12 @@ func FuzzDecodeCharge(f *testing.F) {
 	f.Add([]byte(`{"amount":1999.5}`))
 	f.Add([]byte(`{"a":{"b":{"c":[1,2,{"d":"4242424242424242"}]}}}`))
 	f.Add([]byte(`{"amount":1,"amount":2}`))
+	f.Add([]byte(`{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"4111\u00a01111\u00a01111\u00a01111"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, errs, err := decodeCharge(body)
 		if err == nil {
-			if len(errs) != 0 || in.Amount < 1 || in.Amount > maxAmount || !currencyPattern.MatchString(in.Currency) || in.PaymentMethod.Token == "" {
+			if len(errs) != 0 || in.Amount < 1 || in.Amount > maxAmount || !currencies[in.Currency] ||
+				in.PaymentMethod.Type != "card" || !tokenPattern.MatchString(in.PaymentMethod.Token) {
 				t.Fatalf("accepted an invalid charge: %+v", in)
 			}
 			return

@@ -176,6 +176,9 @@ func TestOpenAPI(t *testing.T) {
 			st.expect(t, st.send(t, st.api, specCall{method: "POST", path: path, key: "text-" + op, body: "{}", contentType: "text/plain"}), 415)
 		}
 		st.expect(t, st.post(t, "/charge/"+id+"/refund", "zero", `{"amount":0}`), 400)
+		// Ids that name nothing payrouter makes: a card number, 8,000 characters.
+		st.expect(t, st.get(t, "/charge/4111111111111111"), 400)
+		st.expect(t, st.get(t, "/refund/re_"+strings.Repeat("x", 8000)), 400)
 	})
 
 	t.Run("a declined card", func(t *testing.T) {

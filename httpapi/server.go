@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -77,7 +78,7 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = httpErrorHandler
 	// trace before observe: the request's log line and duration carry its span's trace id.
-	e.Use(s.requestID, s.trace, s.observe, s.recover)
+	e.Use(s.requestID, s.trace, s.observe, s.recover, s.screenPathID)
 	return e, s
 }
 
@@ -96,10 +97,22 @@ func NewAdminServer(d Deps) http.Handler {
 }
 
 // requestID gives every response an X-Request-Id: the caller's when it sent a sensible one.
+//
+// One that looks like a card number is replaced too, never echoed nor logged, and a warning
+// (without it) says so. It is replaced rather than refused: X-Request-Id is a correlation id,
+// often written by a proxy in front of the storefront rather than by the storefront itself,
+// and it carries nothing a payment needs; refusing would turn a logging bug upstream into
+// failed payments, while replacing it already keeps the number out of everything payrouter
+// writes.
 func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Request().Header.Get(echo.HeaderXRequestID)
-		if !validRequestID(id) {
+		switch {
+		case cardnum.Contains(id):
+			id = "req_" + rand.Text()
+			s.Log.WarnContext(c.Request().Context(), "http.request_id_replaced", "request_id", id,
+				"why", "the X-Request-Id sent looks like a card number: it is neither echoed nor logged")
+		case !validRequestID(id):
 			id = "req_" + rand.Text()
 		}
 		c.Response().Header().Set(echo.HeaderXRequestID, id)

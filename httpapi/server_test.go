@@ -32,6 +32,7 @@ type stack struct {
 	router     *routing.Router
 	creds      *Credentials // both handlers': a test may set other keys
 	log        *syncBuffer  // every line both handlers logged, JSON
+	keys       *keyRecorder // every idempotency key the handlers gave the store
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -72,8 +73,9 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.keys = &keyRecorder{Store: store}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: st.keys, Forced: store,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Log:      slog.New(slog.NewJSONHandler(st.log, nil)),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},

@@ -76,8 +76,8 @@ func chargeIDOf(c echo.Context) string {
 	if id, _ := c.Get("charge_id").(string); id != "" {
 		return id
 	}
-	if strings.HasPrefix(c.Path(), "/charge/:id") {
-		return c.Param("id")
+	if strings.HasPrefix(c.Path(), "/charge/:id") && validPathID(c.Param("id")) {
+		return c.Param("id") // never one screenPathID refused
 	}
 	return ""
 }
