@@ -179,10 +179,15 @@ func TestDoHandshakeFailures(t *testing.T) {
 	clientPair := ca.Client(t, "payrouter")
 	strangerPair := testpki.NewCA(t, "stranger").Client(t, "payrouter")
 
-	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+	for _, run := range []struct {
+		version uint16
+		h2      bool
+	}{{tls.VersionTLS12, false}, {tls.VersionTLS13, false}, {tls.VersionTLS12, true}, {tls.VersionTLS13, true}} {
+		version := run.version
 		var served atomic.Int64
 		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			served.Add(1)
+			w.Header().Set("X-Proto", r.Proto)
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.WriteHeader(http.StatusOK)
 		}))
@@ -193,6 +198,7 @@ func TestDoHandshakeFailures(t *testing.T) {
 			MinVersion:   version, MaxVersion: version,
 		}
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+		srv.EnableHTTP2 = run.h2
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 
@@ -221,9 +227,14 @@ func TestDoHandshakeFailures(t *testing.T) {
 			cancel()
 			tr.CloseIdleConnections()
 			name := tlsName(version) + ", " + tc.name
+			if run.h2 {
+				name = "HTTP/2, " + name
+			}
 			if tc.want == "" {
 				if err != nil || ans.Status != http.StatusOK {
 					t.Errorf("%s: %v %+v", name, err, ans)
+				} else if got := ans.Header.Get("X-Proto"); (got == "HTTP/2.0") != run.h2 {
+					t.Errorf("%s: served over %s", name, got)
 				}
 				continue
 			}
