@@ -179,6 +179,12 @@ const maxPEMFile = 1 << 20
 
 // readPEM reads a PEM file; its errors say why without quoting the contents.
 func readPEM(path string) ([]byte, error) {
+	// Stat first: opening a named pipe would block until something writes to it.
+	if st, err := os.Stat(path); err != nil {
+		return nil, errors.New(fileReason(err))
+	} else if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, errors.New(fileReason(err))
