@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,14 @@ func (c *Config) Check() Report {
 			if op.Timeout > budget {
 				warn("%s.operations.%s.timeout: %s is longer than request_timeout %s; the call is cut off at %s at the latest",
 					p, op.Operation, fmtDuration(op.Timeout), fmtDuration(budget), fmtDuration(budget))
+			}
+		}
+
+		if g.Insecure {
+			if u, err := url.Parse(g.BaseURL); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+				warn("%s.insecure: plain http:// to %s is allowed; card tokens and credentials cross the network unencrypted", p, u.Hostname())
+			} else {
+				warn("%s.insecure: has no effect (base_url is https:// or loopback); remove it", p)
 			}
 		}
 

@@ -6,6 +6,8 @@ package config
 import (
 	"slices"
 	"time"
+
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
 // Config is one payrouter configuration file, with defaults applied and validated.
@@ -129,6 +131,41 @@ type Gateway struct {
 	Breaker       Breaker           `yaml:"breaker"`
 	// Operations overrides settings per operation (charge, capture, void, refund, status).
 	Operations map[string]OperationOverride `yaml:"operations"`
+	// TLS configures the connections to an https:// gateway; the zero value is the system's CA
+	// pool, no client certificate, TLS 1.2 at least.
+	TLS GatewayTLS `yaml:"tls"`
+	// Insecure allows a plain http:// base_url whose host is not loopback (127.0.0.0/8, ::1,
+	// localhost); without it such a gateway is refused, as card tokens and credentials would
+	// cross the network unencrypted. default false
+	Insecure bool `yaml:"insecure"`
+}
+
+// GatewayTLS is gateways.<name>.tls. The files are read and checked when the configuration is
+// loaded, and read again on every reload (a rotated certificate under the same path is used from
+// the reload on).
+type GatewayTLS struct {
+	// CAFile is a PEM file of the CAs that may sign the gateway's certificate; it replaces the
+	// system pool for this gateway only. Empty: the system pool.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a PEM client certificate and its key, for a gateway that
+	// requires mutual TLS. Both or neither; empty: no client certificate.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the gateway's certificate must hold (and the SNI sent); empty: the
+	// host of base_url.
+	ServerName string `yaml:"server_name"`
+	// MinVersion is the lowest TLS version accepted: "1.2" (the default and the minimum) or "1.3".
+	MinVersion string `yaml:"min_version"`
+}
+
+// ClientTLS is t as gatewayhttp builds connections from it.
+func (t GatewayTLS) ClientTLS() gatewayhttp.ClientTLS {
+	return gatewayhttp.ClientTLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, MinVersion: t.MinVersion}
+}
+
+// configured reports whether t says anything beyond the default minimum version.
+func (t GatewayTLS) configured() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || (t.MinVersion != "" && t.MinVersion != gatewayhttp.TLS12)
 }
 
 // OperationOverride changes one operation's settings of a gateway.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
 // Defaults of CONTRACT.md, Configuration. A key the file leaves out takes its default; a key the
@@ -204,6 +206,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 		defString(&b.Probe, ProbeInBand)
 		defDuration(&b.ProbeInterval, present[p+"probe_interval"], defaultProbeInterval)
 		defDuration(&b.ProbeTimeout, present[p+"probe_timeout"], defaultProbeTimeout)
+		defString(&g.TLS.MinVersion, gatewayhttp.TLS12)
 		c.Gateways[name] = g
 	}
 

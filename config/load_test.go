@@ -120,8 +120,8 @@ gateways:
 		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true},
 		Idempotency:    Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
-			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
-			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
+			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
+			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
 		},
 		GatewayNames: []string{"b", "a"},
 		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: StrategyOrdered}},

@@ -20,6 +20,21 @@ type GatewaySummary struct {
 	MaxConcurrent     int               `json:"max_concurrent"`
 	MaxWait           string            `json:"max_wait"`
 	Breaker           BreakerSummary    `json:"breaker"`
+	// TLS names the files and settings of the gateway's TLS connections (never their
+	// contents); absent for a plain http:// gateway.
+	TLS *TLSSummary `json:"tls,omitempty"`
+	// Insecure is true when plain http:// to a non-loopback host is allowed (gateways.<name>.insecure).
+	Insecure bool `json:"insecure"`
+}
+
+// TLSSummary is a gateway's tls section as GatewaySummary shows it: paths, not contents. An empty
+// path is the default (the system CA pool; no client certificate).
+type TLSSummary struct {
+	CAFile     string `json:"ca_file"`
+	CertFile   string `json:"cert_file"`
+	KeyFile    string `json:"key_file"`
+	ServerName string `json:"server_name"`
+	MinVersion string `json:"min_version"`
 }
 
 // BreakerSummary is a gateway's breaker settings as GatewaySummary shows them.
@@ -62,6 +77,11 @@ func (c *Config) Summary() []GatewaySummary {
 				ProbeInterval:       fmtDuration(g.Breaker.ProbeInterval),
 				ProbeTimeout:        fmtDuration(g.Breaker.ProbeTimeout),
 			},
+		}
+		s.Insecure = g.Insecure
+		if u, err := url.Parse(g.BaseURL); err == nil && u.Scheme == "https" {
+			s.TLS = &TLSSummary{CAFile: g.TLS.CAFile, CertFile: g.TLS.CertFile, KeyFile: g.TLS.KeyFile,
+				ServerName: g.TLS.ServerName, MinVersion: g.TLS.MinVersion}
 		}
 		for _, op := range payrouter.Operations {
 			if o, ok := g.Operations[string(op)]; ok && o.Timeout > 0 {

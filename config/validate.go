@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
 // Validate checks a Config that already holds its defaults (Parse does both) and returns every
@@ -172,7 +174,16 @@ func (v *validator) gateways(kinds []string) {
 			v.addf(p+".base_url", "must be an absolute http:// or https:// URL")
 		} else if u.RawQuery != "" || u.Fragment != "" {
 			v.addf(p+".base_url", "must have no query or fragment (credentials go under credentials:)")
+		} else if u.Scheme == "http" {
+			if !g.Insecure && !loopbackHost(u.Hostname()) {
+				v.addf(p+".base_url", "plain http:// to %s, which is not loopback: card tokens and credentials would cross the network unencrypted; use https://, or set %s.insecure: true if the path is protected some other way",
+					u.Hostname(), p)
+			}
+			if g.TLS.configured() {
+				v.addf(p+".tls", "applies to an https:// base_url only; base_url is plain http://")
+			}
 		}
+		v.gatewayTLS(p+".tls", g.TLS)
 
 		v.positive(p+".timeout", g.Timeout)
 		if g.MaxConcurrent < 1 {
@@ -191,6 +202,34 @@ func (v *validator) gateways(kinds []string) {
 		}
 		v.breaker(p+".breaker", g.Breaker)
 	}
+}
+
+// gatewayTLS reads and checks the gateway's TLS files as serve will (gatewayhttp.ClientTLS.Load),
+// one problem per field, naming the path and never a file's contents.
+func (v *validator) gatewayTLS(p string, t GatewayTLS) {
+	_, _, err := t.ClientTLS().Load()
+	var te *gatewayhttp.TLSError
+	if errors.As(err, &te) {
+		for _, prob := range te.Problems {
+			if prob.Path == "" {
+				v.addf(p+"."+prob.Field, "%s", prob.Reason)
+			} else {
+				v.addf(p+"."+prob.Field, "%s: %s", prob.Path, prob.Reason)
+			}
+		}
+	} else if err != nil {
+		v.addf(p, "%v", err)
+	}
+}
+
+// loopbackHost reports whether host (a URL's, without brackets or port) is this machine only:
+// 127.0.0.0/8, ::1 or localhost. Plain http:// to it never crosses a network.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (v *validator) breaker(p string, b Breaker) {

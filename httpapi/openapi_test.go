@@ -10,6 +10,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
 	"github.com/payrouter/payrouter/httpapi"
+	"github.com/payrouter/payrouter/internal/testpki"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -623,9 +625,18 @@ func newSpecStack(t *testing.T, spec *openAPI, cov *coverage, refundFallback, st
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}},
 	}
 	urls := map[string]string{}
+	// Ding is reached over HTTPS with its own CA (gateways.ding.tls), so /admin/gateways shows a
+	// tls section.
+	ca := testpki.NewCA(t, "spec-gateways")
 	for _, name := range []string{"paywell", "ding"} {
 		st.doors[name] = &frontDoor{next: st.sims[name]}
-		srv := httptest.NewServer(st.doors[name])
+		srv := httptest.NewUnstartedServer(st.doors[name])
+		if name == "ding" {
+			srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "ding", "127.0.0.1").TLS(t)}}
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
 		t.Cleanup(func() {
 			st.openHolds()
 			srv.CloseClientConnections()
@@ -660,6 +671,7 @@ gateways:
     timeout: 2s
     max_concurrent: 8
     breaker: {consecutive_failures: 3, cooldown: 1m}
+    tls: {ca_file: %q}
 routes:
   - name: hedged
     match: {currency: [EUR]}
@@ -671,7 +683,7 @@ fallbacks:
   charge: fail
   refund: %s
   status: %s
-`, urls["paywell"], urls["ding"], refundFallback, statusFallback)
+`, urls["paywell"], urls["ding"], ca.CertFile, refundFallback, statusFallback)
 	cfg, err := config.Parse([]byte(cfgText), nil, gateways.Kinds())
 	if err != nil {
 		t.Fatalf("configuration: %v", err)
@@ -746,7 +758,12 @@ func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
 		for _, op := range payrouter.Operations {
 			timeouts[op] = g.TimeoutFor(string(op))
 		}
+		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
+		if err != nil {
+			panic(err) // config.Parse read the same files a moment ago
+		}
 		out = append(out, resilience.GatewaySettings{
+			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
 			Name: name, Timeout: g.Timeout, Timeouts: timeouts, MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
 			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
 			Breaker: resilience.BreakerSettings{

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
 // Defaults of GatewaySettings, the same as config's where config has them.
@@ -26,6 +28,8 @@ const (
 	// deadline bounds it anyway.
 	tlsHandshakeTimeout = 5 * time.Second
 	idleConnTimeout     = 90 * time.Second
+	// probeConns bounds the prober's own pool: one probe at a time, one spare.
+	probeConns = 2
 )
 
 // GatewaySettings holds one gateway's failure-domain settings.
@@ -52,6 +56,14 @@ type GatewaySettings struct {
 	ProbeInterval time.Duration
 	// ProbeTimeout bounds each probe; 0: DefaultProbeTimeout, at most ProbeInterval.
 	ProbeTimeout time.Duration
+	// TLS is the TLS configuration of the gateway's connections, customer and probe alike
+	// (gatewayhttp.ClientTLS.Load builds it); nil: gatewayhttp.DefaultTLSConfig, the system pool.
+	// It is not compared between Updates: TLSFingerprint stands for it.
+	TLS *tls.Config
+	// TLSFingerprint names what TLS was built from, the files' contents included
+	// (gatewayhttp.ClientTLS.Load): an Update that changes it renews the gateway's connections,
+	// so a rotated client certificate or CA file is used from the next call on.
+	TLSFingerprint string
 }
 
 // withDefaults returns s with its zero values replaced by what they mean.
@@ -111,7 +123,11 @@ type gatewayDomain struct {
 	bulkhead  *Bulkhead
 	transport *http.Transport
 	client    *http.Client
-	guards    []*Guard // in payrouter.Operations order
+	// probeTransport and probeClient are the out-of-band prober's own pool (DESIGN.md,
+	// Breakers): a customer pool full of calls to a busy gateway must not fail its probe.
+	probeTransport *http.Transport
+	probeClient    *http.Client
+	guards         []*Guard // in payrouter.Operations order
 }
 
 // NewDomains builds the failure domains of gateways; obs nil is NopObserver. It panics on an
@@ -164,12 +180,27 @@ func (d *Domains) Update(gateways []GatewaySettings) (UpdateReport, error) {
 		live[gd.bulkhead] = true
 		gd.bulkhead.quiet.Store(false)
 	}
-	for _, gd := range d.cur.Load().byName {
+	pools := map[*http.Transport]bool{}
+	for _, gd := range set.byName {
+		pools[gd.transport], pools[gd.probeTransport] = true, true
+	}
+	prev := d.cur.Load()
+	for _, gd := range prev.byName {
 		if !live[gd.bulkhead] {
 			gd.bulkhead.quiet.Store(true)
 		}
 	}
 	d.cur.Store(set)
+	// A pool replaced (a new endpoint, size or TLS configuration: a rotated client certificate)
+	// lets its idle connections go now rather than after idleConnTimeout; calls under way on it
+	// finish on their connections.
+	for _, gd := range prev.byName {
+		for _, tr := range []*http.Transport{gd.transport, gd.probeTransport} {
+			if !pools[tr] {
+				tr.CloseIdleConnections()
+			}
+		}
+	}
 	return report, nil
 }
 
@@ -201,7 +232,7 @@ func (d *Domains) build(prev *DomainSet, gateways []GatewaySettings) (*DomainSet
 		case old == nil:
 			gd = d.newGatewayDomain(s, nil)
 			report.Added = append(report.Added, s.Name)
-		case !old.retired && reflect.DeepEqual(old.settings, s):
+		case !old.retired && sameSettings(old.settings, s):
 			gd = old
 			report.Kept = append(report.Kept, s.Name)
 		default: // changed, or retired and back
@@ -241,13 +272,20 @@ func (d *Domains) newGatewayDomain(s GatewaySettings, old *gatewayDomain) *gatew
 	} else {
 		gd.bulkhead = NewBulkhead(s.Name, s.MaxConcurrent, s.MaxWait, d.obs)
 	}
-	if old != nil && o.Endpoint == s.Endpoint && o.MaxConcurrent == s.MaxConcurrent && o.DialTimeout == s.DialTimeout {
+	sameTLS := old != nil && o.Endpoint == s.Endpoint && o.TLSFingerprint == s.TLSFingerprint
+	if sameTLS && o.MaxConcurrent == s.MaxConcurrent && o.DialTimeout == s.DialTimeout {
 		gd.transport, gd.client = old.transport, old.client
 	} else {
-		gd.transport = newTransport(s)
-		// No Client.Timeout: every call carries the Guard's deadline, and a client-wide timeout
-		// would fire the same for every operation.
-		gd.client = &http.Client{Transport: propagate(gd.transport)} // trace context on every call: propagate.go
+		gd.transport = newTransport(s, s.MaxConcurrent)
+		// gatewayhttp.NewClient: no redirect is followed, and no Client.Timeout (every call
+		// carries the Guard's deadline). Trace context on every call: propagate.go.
+		gd.client = gatewayhttp.NewClient(propagate(gd.transport))
+	}
+	if sameTLS && o.DialTimeout == s.DialTimeout {
+		gd.probeTransport, gd.probeClient = old.probeTransport, old.probeClient
+	} else {
+		gd.probeTransport = newTransport(s, probeConns)
+		gd.probeClient = gatewayhttp.NewClient(gd.probeTransport)
 	}
 	keepBreakers := old != nil && o.Endpoint == s.Endpoint && o.Breaker == s.Breaker
 	for i, op := range payrouter.Operations {
@@ -294,19 +332,33 @@ func (gd *gatewayDomain) renewedFrom(old *gatewayDomain) []string {
 	return out
 }
 
-// newTransport returns a gateway's own transport: its own connection pool, sized to its bulkhead,
-// so that one gateway's connections never wait behind another's.
-func newTransport(s GatewaySettings) *http.Transport {
+// sameSettings reports whether two gateways' settings are the same; TLS is compared through
+// TLSFingerprint (two loads of the same files build equal but distinct *tls.Config values).
+func sameSettings(a, b GatewaySettings) bool {
+	a.TLS, b.TLS = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// newTransport returns a transport of a gateway's own: its own connection pool of conns
+// connections (the bulkhead's size for customer calls), so that one gateway's connections never
+// wait behind another's, and its TLS settings. The customer pool and the prober's both come from
+// here.
+func newTransport(s GatewaySettings, conns int) *http.Transport {
 	dialer := &net.Dialer{Timeout: s.DialTimeout, KeepAlive: 30 * time.Second}
+	tlsConfig := gatewayhttp.DefaultTLSConfig()
+	if s.TLS != nil {
+		tlsConfig = s.TLS.Clone() // each transport its own: net/http adds its ALPN protocols to it
+	}
 	return &http.Transport{
 		// Gateways are reached directly: an HTTP_PROXY in the environment must not reroute
 		// payments.
 		Proxy:               nil,
 		DialContext:         dialer.DialContext,
 		ForceAttemptHTTP2:   true,
-		MaxConnsPerHost:     s.MaxConcurrent, // the bulkhead already bounds the calls in flight
-		MaxIdleConns:        s.MaxConcurrent,
-		MaxIdleConnsPerHost: s.MaxConcurrent, // the default 2 would redial under any real load
+		TLSClientConfig:     tlsConfig,
+		MaxConnsPerHost:     conns, // the bulkhead already bounds the calls in flight
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns, // the default 2 would redial under any real load
 		IdleConnTimeout:     idleConnTimeout,
 		TLSHandshakeTimeout: tlsHandshakeTimeout,
 	}
@@ -329,6 +381,9 @@ func (d *Domains) Bulkhead(gateway string) *Bulkhead { return d.Current().Bulkhe
 // Client returns the gateway's current http.Client, nil if unknown.
 func (d *Domains) Client(gateway string) *http.Client { return d.Current().Client(gateway) }
 
+// ProbeClient returns the gateway's current probe client (DomainSet.ProbeClient), nil if unknown.
+func (d *Domains) ProbeClient(gateway string) *http.Client { return d.Current().ProbeClient(gateway) }
+
 // Settings returns the gateway's current settings with defaults applied.
 func (d *Domains) Settings(gateway string) (GatewaySettings, bool) {
 	return d.Current().Settings(gateway)
@@ -347,6 +402,7 @@ func (d *Domains) Snapshots() []Snapshot { return d.Current().Snapshots() }
 func (d *Domains) Close() {
 	for _, gd := range d.Current().byName {
 		gd.transport.CloseIdleConnections()
+		gd.probeTransport.CloseIdleConnections()
 	}
 }
 
@@ -385,6 +441,15 @@ func (s *DomainSet) Bulkhead(gateway string) *Bulkhead {
 func (s *DomainSet) Client(gateway string) *http.Client {
 	if gd := s.byName[gateway]; gd != nil {
 		return gd.client
+	}
+	return nil
+}
+
+// ProbeClient returns the http.Client of the gateway's out-of-band probes, on a connection pool
+// of its own with the gateway's TLS settings, nil if unknown.
+func (s *DomainSet) ProbeClient(gateway string) *http.Client {
+	if gd := s.byName[gateway]; gd != nil {
+		return gd.probeClient
 	}
 	return nil
 }

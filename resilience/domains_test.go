@@ -2,14 +2,19 @@ package resilience
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+	"github.com/payrouter/payrouter/internal/testpki"
 )
 
 func TestDomainsTransport(t *testing.T) {
@@ -156,5 +161,90 @@ func TestDomainsClientThroughGuard(t *testing.T) {
 	})
 	if res.Outcome != payrouter.OutcomeSucceeded || res.Detail != "ok" {
 		t.Errorf("call through the guard: %+v", res)
+	}
+}
+
+// TestDomainsClientsNeverFollowRedirects: the customer and the probe clients of a gateway hand a
+// redirect back as the answer; the address it names receives nothing.
+func TestDomainsClientsNeverFollowRedirects(t *testing.T) {
+	var elsewhere atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	defer target.Close()
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer gateway.Close()
+	d := NewDomains([]GatewaySettings{{Name: "paywell"}}, nil)
+	defer d.Close()
+	for name, c := range map[string]*http.Client{"customer": d.Client("paywell"), "probe": d.ProbeClient("paywell")} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, gateway.URL+"/v1/charges", strings.NewReader("amount=1"))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTemporaryRedirect {
+			t.Errorf("%s client: status %d, want the 307 itself", name, resp.StatusCode)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect target received %d requests", n)
+	}
+}
+
+// TestDomainsTLS: both of a gateway's pools use its TLS configuration; an Update with another
+// TLS fingerprint (a rotated client certificate under the same paths) renews both pools and
+// keeps the breakers, and one with the same fingerprint keeps them.
+func TestDomainsTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "gateways")
+	pair := ca.Client(t, "payrouter")
+	files := gatewayhttp.ClientTLS{CAFile: ca.CertFile, CertFile: pair.CertFile, KeyFile: pair.KeyFile, MinVersion: "1.3"}
+	load := func() GatewaySettings {
+		cfg, fp, err := files.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return GatewaySettings{Name: "paywell", Endpoint: "paywell https://gw", TLS: cfg, TLSFingerprint: fp}
+	}
+	d := NewDomains([]GatewaySettings{load()}, nil)
+	defer d.Close()
+	for name, c := range map[string]*http.Client{"customer": d.Client("paywell"), "probe": d.ProbeClient("paywell")} {
+		var tr *http.Transport
+		switch rt := c.Transport.(type) {
+		case propagating:
+			tr = rt.base
+		case *http.Transport:
+			tr = rt
+		}
+		if tr == nil || tr.TLSClientConfig == nil || tr.TLSClientConfig.MinVersion != tls.VersionTLS13 || tr.TLSClientConfig.RootCAs == nil || len(tr.TLSClientConfig.Certificates) != 1 {
+			t.Errorf("%s transport: TLS config %+v, want the gateway's", name, tr)
+		}
+	}
+	if d.ProbeClient("paywell").Transport == d.Client("paywell").Transport {
+		t.Error("the prober shares the customer pool")
+	}
+	client, probe, breaker := d.Client("paywell"), d.ProbeClient("paywell"), d.Breaker("paywell", payrouter.OpCharge)
+
+	report, err := d.Update([]GatewaySettings{load()}) // the same files: a new *tls.Config, the same fingerprint
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(report.Kept, []string{"paywell"}) || d.Client("paywell") != client || d.ProbeClient("paywell") != probe {
+		t.Errorf("the same TLS files renewed the gateway: %+v", report)
+	}
+
+	ca.Client(t, "payrouter") // rotated: new certificate and key under the same paths
+	report, err = d.Update([]GatewaySettings{load()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := report.Renewed["paywell"]; !slices.Equal(got, []string{"connections"}) {
+		t.Errorf("renewed %v, want connections only", got)
+	}
+	if d.Client("paywell") == client || d.ProbeClient("paywell") == probe {
+		t.Error("a new client certificate kept the old pools")
+	}
+	if d.Breaker("paywell", payrouter.OpCharge) != breaker {
+		t.Error("a new client certificate renewed the breakers")
 	}
 }

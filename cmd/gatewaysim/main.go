@@ -6,10 +6,21 @@
 //
 // The defaults are the addresses the demo configuration uses. It logs one JSON line per listener
 // when it starts and one per control call; SIGINT or SIGTERM stops it, hung calls included.
+//
+// With -tls-cert and -tls-key every gateway is served over HTTPS (TLS 1.2 at least) with that
+// certificate, which must hold every name or address the gateways are reached by; with
+// -tls-client-ca too, each gateway requires a client certificate signed by a CA of that PEM file
+// and refuses the handshake without one, as a gateway requiring mutual TLS does:
+//
+//	gatewaysim -tls-cert gw.pem -tls-key gw-key.pem -tls-client-ca clients-ca.pem
+//
+// The control API under /_sim/ is on the same listeners, so it needs the client certificate too.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,7 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gatewaysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: gatewaysim [-paywell ADDR] [-ding ADDR] [-tranglo ADDR]")
+		fmt.Fprintln(fs.Output(), "usage: gatewaysim [-paywell ADDR] [-ding ADDR] [-tranglo ADDR] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]")
+		fmt.Fprintln(fs.Output(), "Serves the three simulated gateways, over HTTPS when -tls-cert and -tls-key are given (one certificate for all three), requiring a client certificate when -tls-client-ca is given too.")
 		fs.PrintDefaults()
 	}
 	addrs := []struct {
@@ -77,6 +89,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"ding", fs.String("ding", "127.0.0.1:9102", "listen address of the simulated Ding (DingConnect-like)"), dingsim.New},
 		{"tranglo", fs.String("tranglo", "127.0.0.1:9103", "listen address of the simulated Tranglo (GloRemit-like)"), tranglosim.New},
 	}
+	certFile := fs.String("tls-cert", "", "PEM certificate to serve every gateway over HTTPS with (needs -tls-key); empty: plain HTTP")
+	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	clientCA := fs.String("tls-client-ca", "", "PEM file of the CAs a client certificate must be signed by; given, every gateway requires one (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -85,6 +100,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	tlsConfig, err := serverTLS(*certFile, *keyFile, *clientCA)
+	if err != nil {
+		return usageError{err}
+	}
+	scheme := "http://"
+	if tlsConfig != nil {
+		scheme = "https://"
 	}
 	logger := slog.New(slog.NewJSONHandler(stdout, nil))
 
@@ -104,6 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		s := a.new()
 		s.SetLogger(logger)
+		if tlsConfig != nil {
+			ln = tls.NewListener(ln, tlsConfig)
+		}
 		gws = append(gws, &gateway{name: a.name, sim: s, ln: ln, srv: &http.Server{
 			Handler:           s,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -115,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	errc := make(chan error, len(gws))
 	for _, g := range gws {
-		logger.Info("listening", "gateway", g.name, "url", "http://"+g.ln.Addr().String())
+		logger.Info("listening", "gateway", g.name, "url", scheme+g.ln.Addr().String(), "client_certificate_required", *clientCA != "")
 		go func() {
 			err := g.srv.Serve(g.ln)
 			if errors.Is(err, http.ErrServerClosed) {
@@ -128,7 +154,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}()
 	}
 
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -136,6 +161,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Info("shutting down")
 	shutdown(gws, logger)
 	return err
+}
+
+// serverTLS is the gateways' TLS configuration: nil (plain HTTP) without a certificate; with
+// clientCA, a client certificate signed by one of its CAs is required.
+func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+	switch {
+	case certFile == "" && keyFile == "" && clientCA == "":
+		return nil, nil
+	case certFile == "" && keyFile == "":
+		return nil, errors.New("-tls-client-ca needs -tls-cert and -tls-key: a client certificate is asked for in a TLS handshake")
+	case certFile == "" || keyFile == "":
+		return nil, errors.New("-tls-cert and -tls-key go together")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("-tls-cert %s, -tls-key %s: %w", certFile, keyFile, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-tls-client-ca %s: no PEM certificate in it", clientCA)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // shutdown stops the servers: hung and delayed calls are let go first, then each server drains

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/payrouter/payrouter/internal/testpki"
 )
 
 // lines collects what run writes, for reading while it runs.
@@ -50,14 +53,16 @@ func (l *lines) urls(t *testing.T) map[string]string {
 	return urls
 }
 
-// start runs gatewaysim on free ports and waits until it logged its three listeners.
-func start(t *testing.T) (urls map[string]string, stop func() error) {
+// start runs gatewaysim on free ports, with extra flags, and waits until it logged its three
+// listeners.
+func start(t *testing.T, extra ...string) (urls map[string]string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lines{}
 	done := make(chan error, 1)
+	args := append([]string{"-paywell", "127.0.0.1:0", "-ding", "127.0.0.1:0", "-tranglo", "127.0.0.1:0"}, extra...)
 	go func() {
-		done <- run(ctx, []string{"-paywell", "127.0.0.1:0", "-ding", "127.0.0.1:0", "-tranglo", "127.0.0.1:0"}, out, io.Discard)
+		done <- run(ctx, args, out, io.Discard)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out.urls(t)) < 3 {
@@ -191,6 +196,9 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{"unknown flag", []string{"-stripe", "127.0.0.1:0"}, true, "flag provided but not defined"},
 		{"stray argument", []string{"serve"}, true, "unexpected arguments"},
 		{"address taken", []string{"-paywell", "127.0.0.1:0", "-ding", taken.Addr().String(), "-tranglo", "127.0.0.1:0"}, false, "ding: listen tcp"},
+		{"a certificate without its key", []string{"-tls-cert", "gw.pem"}, true, "-tls-cert and -tls-key go together"},
+		{"a client CA without a certificate", []string{"-tls-client-ca", "ca.pem"}, true, "-tls-client-ca needs -tls-cert and -tls-key"},
+		{"a certificate that does not exist", []string{"-tls-cert", "/nonexistent/gw.pem", "-tls-key", "/nonexistent/gw-key.pem"}, true, "-tls-cert /nonexistent/gw.pem"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -203,5 +211,43 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("run(-h) = %v; want flag.ErrHelp", err)
+	}
+}
+
+// TestRunServesMutualTLS: with -tls-cert, -tls-key and -tls-client-ca, every gateway answers over
+// HTTPS to a client holding a certificate of that CA, refuses the handshake of one without, and
+// does not speak plain HTTP.
+func TestRunServesMutualTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "sim")
+	server := ca.Server(t, "gateways", "127.0.0.1")
+	urls, _ := start(t, "-tls-cert", server.CertFile, "-tls-key", server.KeyFile, "-tls-client-ca", ca.CertFile)
+	clientFor := func(certs ...tls.Certificate) *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: certs}, ForceAttemptHTTP2: true}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	withCert, without := clientFor(ca.Client(t, "payrouter").TLS(t)), clientFor()
+	for _, name := range []string{"paywell", "ding", "tranglo"} {
+		url := urls[name]
+		if !strings.HasPrefix(url, "https://127.0.0.1:") {
+			t.Fatalf("%s listens at %q, want https://", name, url)
+		}
+		resp, err := withCert.Get(url + "/health")
+		if err != nil {
+			t.Fatalf("%s with a client certificate: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+			t.Errorf("%s: %s %d, want HTTP/2 200", name, resp.Proto, resp.StatusCode)
+		}
+		// Over TLS 1.3 the refusal reaches the client as the gateway's alert, or as the reset
+		// of the connection it closed: either way no answer.
+		if resp, err := without.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s answered %d to a client without a certificate", name, resp.StatusCode)
+		}
+		if code, err := get(t.Context(), "http://"+strings.TrimPrefix(url, "https://")+"/health"); err == nil && code == http.StatusOK {
+			t.Errorf("%s answered plain HTTP", name)
+		}
 	}
 }

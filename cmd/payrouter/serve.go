@@ -23,6 +23,7 @@ import (
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
 	"github.com/payrouter/payrouter/memstore"
@@ -181,6 +182,9 @@ type app struct {
 	checks   map[string]resilience.HealthCheck
 	// listeners are serve's storefront and admin listeners, whose certificates a reload renews.
 	listeners []*listener.Listener
+	// clients are the domain clients the adapters were built on: a reload that renews a
+	// gateway's connections (a rotated TLS file) rebuilds its adapters on the new ones.
+	clients map[string]*http.Client
 }
 
 // workerIdle is how long a queued task handed to an instance waits before another may take it:
@@ -196,11 +200,17 @@ func workerIdle(cfg *config.Config) time.Duration {
 	return idle
 }
 
-// gatewaySettings turns cfg's gateways into resilience's, in file order.
-func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
+// gatewaySettings turns cfg's gateways into resilience's, in file order. It reads each
+// gateway's TLS files (config checked them when it loaded; they are read again here, as a reload
+// must see a rotated certificate), so it fails when one has become unreadable since.
+func gatewaySettings(cfg *config.Config) ([]resilience.GatewaySettings, error) {
 	var settings []resilience.GatewaySettings
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
+		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
+		if err != nil {
+			return nil, fmt.Errorf("gateways.%s.tls: %w", name, err)
+		}
 		timeouts := map[payrouter.Operation]time.Duration{}
 		for _, op := range payrouter.Operations {
 			timeouts[op] = g.TimeoutFor(string(op))
@@ -209,6 +219,7 @@ func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
 			Name: name, Endpoint: g.Kind + " " + g.BaseURL, Timeout: g.Timeout, Timeouts: timeouts,
 			MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
 			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
+			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
 			Breaker: resilience.BreakerSettings{
 				ConsecutiveFailures: g.Breaker.ConsecutiveFailures,
 				FailuresInWindow:    g.Breaker.FailuresInWindow,
@@ -221,7 +232,7 @@ func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
 			},
 		})
 	}
-	return settings
+	return settings, nil
 }
 
 // cooldowns gives each gateway's breaker cooldown, for the transition log line.
@@ -238,11 +249,16 @@ func cooldowns(cfg *config.Config) map[string]time.Duration {
 func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, path string, getenv func(string) string) (*app, error) {
 	host, _ := os.Hostname()
 	a := &app{cfg: cfg, log: log, metrics: telemetry.NewMetrics(), origin: fmt.Sprintf("%s/%s/%d", host, role, os.Getpid()),
-		path: path, getenv: getenv, adapters: map[string]payrouter.Gateway{}, checks: map[string]resilience.HealthCheck{}}
+		path: path, getenv: getenv, adapters: map[string]payrouter.Gateway{}, checks: map[string]resilience.HealthCheck{},
+		clients: map[string]*http.Client{}}
 	a.live.Store(cfg)
 	a.creds = httpapi.NewAuthCredentials(cfg.Auth)
 	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
-	a.domains = resilience.NewDomains(gatewaySettings(cfg), a.obs)
+	settings, err := gatewaySettings(cfg)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	a.domains = resilience.NewDomains(settings, a.obs)
 	a.closers = append(a.closers, a.domains.Close)
 	a.initMetrics(cfg, cfg.GatewayNames)
 
@@ -260,7 +276,6 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	}
 	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
 
-	var err error
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
@@ -300,37 +315,40 @@ func (a *app) initMetrics(cfg *config.Config, names []string) {
 }
 
 // wireGateways builds the adapter of every gateway of cfg on its domain's client, and a probe
-// check on a connection pool of its own for each out-of-band one, into a.adapters and a.checks.
-// A gateway whose configuration is the same in prev (nil: none) keeps the ones it has; those of
+// check on the domain's probe client (a connection pool of its own, with the same TLS settings)
+// for each out-of-band one, into a.adapters and a.checks. Both clients come from resilience,
+// which builds them with gatewayhttp.NewClient: no redirect is ever followed. A gateway whose
+// configuration and clients are the same as in prev (nil: none) keeps the ones it has; those of
 // removed gateways stay in a.adapters for the charges they hold. It returns the gateways whose
 // probe check is new.
 func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, err error) {
 	adapters := maps.Clone(a.adapters)
+	clients := maps.Clone(a.clients)
 	checks := map[string]resilience.HealthCheck{}
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
-		if prev != nil && reflect.DeepEqual(prev.Gateways[name], g) {
+		client := a.domains.Client(name)
+		if prev != nil && reflect.DeepEqual(prev.Gateways[name], g) && a.clients[name] == client {
 			if c := a.checks[name]; c != nil {
 				checks[name] = c
 			}
 			continue
 		}
-		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.Client(name))
+		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, client)
 		if err != nil {
 			return nil, fmt.Errorf("gateways.%s: %w", name, err)
 		}
-		adapters[name] = gw
+		adapters[name], clients[name] = gw, client
 		if g.Breaker.Probe == config.ProbeOutOfBand {
-			// The prober's own adapter on its own connection pool: a customer pool full of
-			// calls to a busy gateway must not fail its probe.
-			tr := &http.Transport{Proxy: nil, MaxConnsPerHost: 2, MaxIdleConnsPerHost: 1, IdleConnTimeout: 90 * time.Second}
-			a.closers = append(a.closers, tr.CloseIdleConnections)
-			pgw, _ := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: tr})
+			pgw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.ProbeClient(name))
+			if err != nil {
+				return nil, fmt.Errorf("gateways.%s: %w", name, err)
+			}
 			checks[name] = pgw.Health
 			renewedChecks = append(renewedChecks, name)
 		}
 	}
-	a.adapters, a.checks = adapters, checks
+	a.adapters, a.checks, a.clients = adapters, checks, clients
 	return renewedChecks, nil
 }
 
@@ -348,9 +366,13 @@ func (a *app) reload(how string) (config.Changes, error) {
 	defer a.reloadMu.Unlock()
 	running := a.live.Load()
 	next, err := config.Load(a.path, a.getenv, gateways.Kinds())
+	var settings []resilience.GatewaySettings
 	if err == nil {
 		next = config.Reloadable(running, next)
 		err = a.dryRunAdapters(next)
+	}
+	if err == nil {
+		settings, err = gatewaySettings(next) // the TLS files, read again
 	}
 	if err != nil {
 		a.metrics.ConfigReloaded(false)
@@ -367,13 +389,21 @@ func (a *app) reload(how string) (config.Changes, error) {
 	}
 
 	changes := config.Diff(running, next)
-	report, err := a.domains.Update(gatewaySettings(next))
+	report, err := a.domains.Update(settings)
 	if err != nil { // config refuses what Update would; this is a bug
 		a.metrics.ConfigReloaded(false)
 		a.log.Error("config.reload_refused", "how", how, "err", err.Error())
 		return config.Changes{}, fmt.Errorf("%w: %w", httpapi.ErrConfigRefused, err)
 	}
 	changes.Renewed = report.Renewed
+	// A TLS file rotated under the same path changes no line of the file, but the gateway's
+	// connections are new: it is changed.
+	for _, name := range report.Changed {
+		if i := slices.Index(changes.Gateways.Unchanged, name); i >= 0 {
+			changes.Gateways.Unchanged = slices.Delete(changes.Gateways.Unchanged, i, i+1)
+			changes.Gateways.Changed = append(changes.Gateways.Changed, name)
+		}
+	}
 	a.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := a.wireGateways(next, running)
 	if err == nil {
@@ -411,7 +441,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 func (a *app) dryRunAdapters(cfg *config.Config) error {
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
-		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, &http.Client{Transport: refuseAll{}}); err != nil {
+		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, gatewayhttp.NewClient(refuseAll{})); err != nil {
 			return fmt.Errorf("gateways.%s: %w", name, err)
 		}
 	}

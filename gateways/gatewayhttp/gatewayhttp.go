@@ -10,6 +10,7 @@ package gatewayhttp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,8 @@ func (e *TransportError) Result() payrouter.Result {
 // on the transport's goroutines, hence the atomics.
 type progress struct {
 	gotConn    atomic.Bool  // a connection was handed to this request: bytes may follow
+	fresh      atomic.Bool  // ... and it was dialed for this request, not reused
+	h2         atomic.Bool  // ... and it speaks HTTP/2
 	wrote      atomic.Bool  // WroteRequest was called: the request is in the connection's buffer
 	writeError atomic.Value // the error WroteRequest reported, when it did
 }
@@ -77,7 +80,13 @@ type progress struct {
 func Do(client *http.Client, req *http.Request) (*Answer, error) {
 	p := &progress{}
 	trace := &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { p.gotConn.Store(true) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			p.fresh.Store(!info.Reused)
+			if tc, ok := info.Conn.(*tls.Conn); ok {
+				p.h2.Store(tc.ConnectionState().NegotiatedProtocol == "h2")
+			}
+			p.gotConn.Store(true)
+		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err != nil {
 				p.writeError.Store(info.Err)
@@ -124,6 +133,24 @@ func classify(ctx context.Context, p *progress, err error) *TransportError {
 		// No connection was ever handed to the request (refused, DNS, dial timeout, a deadline
 		// that passed while dialing): not one byte reached the gateway.
 		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "connect", Err: err}
+	case h2NotEstablished(err):
+		// HTTP/2 gave up on a new connection before opening the request's stream: closed before
+		// the first request was written (typically a handshake the gateway refused, as above,
+		// seen through the HTTP/2 client).
+		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "connect", Err: err}
+	case p.fresh.Load() && handshakeRefused(err):
+		// The gateway refused our side of the TLS handshake (no client certificate, or one it
+		// does not trust). With TLS 1.3 the client's handshake ends before the server has judged
+		// its certificate, so the request may already be written when the refusal arrives; but a
+		// server that refused the handshake never read it.
+		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "handshake", Err: err}
+	case p.h2.Load() && !p.wrote.Load() && isWriteError(err):
+		// HTTP/2 reports WroteRequest once the request's headers (and body) are written; a
+		// write that failed before it is the request's HEADERS frame, or a connection that had
+		// already failed to write: the gateway never received a whole request header block.
+		// (With TLS 1.3 this is also how a refused client certificate often shows: the gateway's
+		// alert and close arrive while the request is being written.)
+		return &TransportError{Outcome: payrouter.OutcomeUnavailable, Stage: "write", Err: err}
 	case p.wrote.Load() && writeErr != nil:
 		// The request could not be written whole; a gateway cannot act on half a request.
 		// (Small requests fail in the transport's flush instead, which is not reported here:
@@ -149,6 +176,51 @@ func redactURLError(err error) error {
 		ue.URL = RedactURL(ue.URL) // the client made this error for this call alone: nobody else holds it
 	}
 	return err
+}
+
+// handshakeAlerts are the TLS alerts a server sends when it refuses the client's part of the
+// handshake (RFC 8446 section 6.2), as crypto/tls spells them. Go reports a received alert as a
+// *net.OpError with Op "remote error" around an unexported type, so its text is what can be read.
+var handshakeAlerts = []string{
+	"tls: handshake failure",             // 40
+	"tls: bad certificate",               // 42
+	"tls: unsupported certificate",       // 43
+	"tls: revoked certificate",           // 44
+	"tls: expired certificate",           // 45
+	"tls: unknown certificate",           // 46
+	"tls: unknown certificate authority", // 48
+	"tls: access denied",                 // 49
+	"tls: certificate required",          // 116
+}
+
+// handshakeRefused reports whether err is a TLS alert from the gateway refusing our handshake.
+func handshakeRefused(err error) bool {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "remote error" || oe.Err == nil {
+		return false
+	}
+	return slices.Contains(handshakeAlerts, oe.Err.Error())
+}
+
+// h2NotEstablishedText is net/http's HTTP/2 error for a connection that closed before its first
+// request was given a stream (errClientConnNotEstablished in h2_bundle.go): that request was
+// never written. The error is unexported, so its text is what can be compared.
+const h2NotEstablishedText = "http2: client conn could not be established"
+
+// h2NotEstablished reports whether err is, or wraps, that error.
+func h2NotEstablished(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == h2NotEstablishedText {
+			return true
+		}
+	}
+	return false
+}
+
+// isWriteError reports whether err is a failed write to the connection (a reset, a broken pipe).
+func isWriteError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "write"
 }
 
 func isTimeout(err error) bool {
@@ -193,6 +265,8 @@ type Account struct {
 
 // NewAccount validates what every adapter needs and names the gateway kind in its errors, which
 // never contain the key. The deadline comes with each call's context, so no timeout is set here.
+// The account sends through client's transport but never follows a redirect, whatever client's
+// CheckRedirect says (NewClient): a 3xx is the answer the adapter maps.
 func NewAccount(kind, baseURL string, credentials map[string]string, client *http.Client) (Account, error) {
 	base, err := ParseBaseURL(baseURL)
 	if err != nil {
@@ -205,7 +279,7 @@ func NewAccount(kind, baseURL string, credentials map[string]string, client *htt
 	if client == nil {
 		return Account{}, fmt.Errorf("%s: an *http.Client is required", kind)
 	}
-	return Account{Base: base, APIKey: key, HTTP: client}, nil
+	return Account{Base: base, APIKey: key, HTTP: neverRedirects(client)}, nil
 }
 
 // NewJSONRequest is a POST of body, encoded as JSON, to the account's path, accepting JSON.

@@ -1,14 +1,19 @@
 // Package gatewaytest is the conformance suite every gateway adapter must pass against its own
 // fake: each behavior mode of package sim, over real loopback sockets, must come out as the same
-// payrouter.Outcome whatever the wire format. An adapter's test calls Run with an Adapter.
+// payrouter.Outcome whatever the wire format. An adapter's test calls Run with an Adapter. Every
+// case runs twice: over plain HTTP, and over HTTPS against a fake that requires a client
+// certificate (mutual TLS, a test CA from internal/testpki), with the adapter's connections built
+// as payrouter builds them (gatewayhttp.NewClient, gatewayhttp.ClientTLS).
 package gatewaytest
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,11 +26,8 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/internal/testpki"
 )
-
-// controlClient drives the simulators' control API; its deadline comes with each request's
-// context, as on every client of the project.
-var controlClient = &http.Client{Transport: &http.Transport{Proxy: nil}}
 
 // Adapter is one adapter under test, with its fake.
 type Adapter struct {
@@ -48,8 +50,33 @@ const (
 	slight   = 50 * time.Millisecond  // a latency that a generous deadline easily covers
 )
 
-// Run runs the conformance suite for a, each case in parallel with its own fake and transport.
+// Run runs the conformance suite for a, each case in parallel with its own fake and transport,
+// over HTTP ("http/...") and over HTTPS with a client certificate ("https/...").
 func Run(t *testing.T, a Adapter) {
+	t.Run("http", func(t *testing.T) {
+		t.Parallel()
+		runCases(t, a, nil)
+	})
+	t.Run("https", func(t *testing.T) {
+		t.Parallel()
+		runCases(t, a, newPKI(t))
+	})
+}
+
+// pki is the HTTPS world of a run: a CA, the fakes' server certificate, payrouter's client
+// certificate.
+type pki struct {
+	ca             *testpki.CA
+	server, client testpki.Pair
+}
+
+func newPKI(t *testing.T) *pki {
+	ca := testpki.NewCA(t, "conformance")
+	return &pki{ca: ca, server: ca.Server(t, "gateway", "127.0.0.1"), client: ca.Client(t, "payrouter")}
+}
+
+// runCases runs every case; p nil is plain HTTP.
+func runCases(t *testing.T, a Adapter, p *pki) {
 	cases := []struct {
 		name string
 		run  func(*testing.T, *env)
@@ -79,38 +106,97 @@ func Run(t *testing.T, a Adapter) {
 		{"foreign_answers", testForeignAnswers},
 		{"redirect", testRedirect},
 	}
+	if p != nil {
+		cases = append(cases,
+			struct {
+				name string
+				run  func(*testing.T, *env)
+			}{"tls/no_client_certificate", testNoClientCertificate},
+			struct {
+				name string
+				run  func(*testing.T, *env)
+			}{"tls/gateway_not_trusted", testGatewayNotTrusted})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, start(t, a))
+			c.run(t, start(t, a, p))
 		})
 	}
 }
 
 // env is one case's world: a fake on a real socket, and the adapter talking to it.
 type env struct {
-	t       *testing.T
-	adapter Adapter
-	sim     *sim.Server
-	url     string
-	client  *http.Client // the adapter's
-	gw      payrouter.Gateway
-	refs    atomic.Int64
+	t             *testing.T
+	adapter       Adapter
+	sim           *sim.Server
+	url           string
+	client        *http.Client // the adapter's
+	gw            payrouter.Gateway
+	refs          atomic.Int64
+	pki           *pki         // nil: plain HTTP
+	controlClient *http.Client // drives the fake's control API
 }
 
-func start(t *testing.T, a Adapter) *env {
+func start(t *testing.T, a Adapter, p *pki) *env {
 	t.Helper()
-	s := a.NewServer()
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
+	e := &env{t: t, adapter: a, pki: p}
+	e.sim = a.NewServer()
+	ts := e.serve(e.sim)
 	// Cleanups run last-in first-out: hung requests are let go before ts.Close waits for them.
-	t.Cleanup(s.Close)
-	client := newClient(t)
-	gw, err := a.NewClient(ts.URL, client)
+	t.Cleanup(e.sim.Close)
+	e.url = ts.URL
+	e.controlClient = e.newClient(t)
+	e.client = e.newClient(t)
+	gw, err := a.NewClient(ts.URL, e.client)
 	if err != nil {
 		t.Fatalf("%s: NewClient(%s): %v", a.Name, ts.URL, err)
 	}
-	return &env{t: t, adapter: a, sim: s, url: ts.URL, client: client, gw: checked{gw, t, a.Name}}
+	e.gw = checked{gw, t, a.Name}
+	return e
+}
+
+// serve starts h on a loopback socket: plain HTTP, or HTTPS requiring a client certificate of
+// the run's CA.
+func (e *env) serve(h http.Handler) *httptest.Server {
+	ts := httptest.NewUnstartedServer(h)
+	if e.pki == nil {
+		ts.Start()
+	} else {
+		ts.TLS = &tls.Config{
+			Certificates: []tls.Certificate{e.pki.server.TLS(e.t)},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    e.pki.ca.Pool(),
+			MinVersion:   tls.VersionTLS12,
+		}
+		// The refused handshakes of the tls/ cases are logged by net/http; they are the point.
+		ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+		ts.StartTLS()
+	}
+	e.t.Cleanup(ts.Close)
+	return ts
+}
+
+// newClient is a client on its own transport, as each gateway has in payrouter, with no timeout
+// of its own (the deadline comes with the context), built as payrouter builds them: no redirect
+// followed, and for HTTPS the run's CA and payrouter's client certificate through
+// gatewayhttp.ClientTLS.
+func (e *env) newClient(t *testing.T) *http.Client {
+	if e.pki == nil {
+		return e.clientWith(t, gatewayhttp.ClientTLS{})
+	}
+	return e.clientWith(t, gatewayhttp.ClientTLS{CAFile: e.pki.ca.CertFile, CertFile: e.pki.client.CertFile, KeyFile: e.pki.client.KeyFile})
+}
+
+// clientWith is newClient with the TLS settings c.
+func (e *env) clientWith(t *testing.T, c gatewayhttp.ClientTLS) *http.Client {
+	cfg, _, err := c.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 10, TLSClientConfig: cfg, ForceAttemptHTTP2: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return gatewayhttp.NewClient(tr)
 }
 
 // checked holds every result of the adapter under test to ValidResult, whatever the case
@@ -150,14 +236,6 @@ func (c checked) Status(ctx context.Context, req payrouter.TxRequest) payrouter.
 
 func (c checked) Health(ctx context.Context) error { return c.g.Health(ctx) }
 
-// newClient is a client on its own transport, as each gateway has in payrouter, with no timeout
-// of its own: the deadline comes with the context.
-func newClient(t *testing.T) *http.Client {
-	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 10}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
-
 // ref is a new idempotency reference, unique within the case.
 func (e *env) ref() string {
 	return fmt.Sprintf("ch_conf_%d-a1", e.refs.Add(1))
@@ -189,7 +267,7 @@ func (e *env) control(method, path string, body any, out any) {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := controlClient.Do(req)
+	resp, err := e.controlClient.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -498,7 +576,7 @@ func testUnavailable(t *testing.T, e *env) {
 func testUnavailableAltered(t *testing.T, e *env) {
 	e.behave(sim.ModeUnavailable, 0, false)
 	var alter atomic.Value // func(http.Header, []byte) []byte
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front := e.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		e.sim.ServeHTTP(rec, r)
 		body := rec.Body.Bytes()
@@ -511,8 +589,7 @@ func testUnavailableAltered(t *testing.T, e *env) {
 		w.WriteHeader(rec.Code)
 		_, _ = w.Write(body)
 	}))
-	t.Cleanup(front.Close)
-	raw, err := e.adapter.NewClient(front.URL, newClient(t))
+	raw, err := e.adapter.NewClient(front.URL, e.newClient(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +688,11 @@ func testClosedPort(t *testing.T, e *env) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	raw, err := e.adapter.NewClient("http://"+addr, newClient(t))
+	scheme := "http://"
+	if e.pki != nil {
+		scheme = "https://"
+	}
+	raw, err := e.adapter.NewClient(scheme+addr, e.newClient(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,12 +709,11 @@ func testClosedPort(t *testing.T, e *env) {
 // testUnreadableAnswer: a 200 that is not the gateway's answer (a proxy's page, a truncated body)
 // may hide a charge: unknown, never succeeded or unavailable.
 func testUnreadableAnswer(t *testing.T, e *env) {
-	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	garbage := e.serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = w.Write([]byte("<html><body>502 upstream says hello</body></html>"))
 	}))
-	t.Cleanup(garbage.Close)
-	raw, err := e.adapter.NewClient(garbage.URL, newClient(t))
+	raw, err := e.adapter.NewClient(garbage.URL, e.newClient(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +731,7 @@ func testUnreadableAnswer(t *testing.T, e *env) {
 // (a proxy's page, an empty 503, a redirect without a Location), is unknown for every operation.
 func testForeignAnswers(t *testing.T, e *env) {
 	var current atomic.Pointer[ForeignAnswer]
-	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	foreign := e.serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		a := current.Load()
 		w.Header()["Content-Type"] = nil // as the answer has it, not as net/http would sniff it
 		if a.ContentType != "" {
@@ -660,44 +740,105 @@ func testForeignAnswers(t *testing.T, e *env) {
 		w.WriteHeader(a.Status)
 		_, _ = io.WriteString(w, a.Body)
 	}))
-	t.Cleanup(foreign.Close)
-	raw, err := e.adapter.NewClient(foreign.URL, newClient(t))
+	raw, err := e.adapter.NewClient(foreign.URL, e.newClient(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.expectUnknownEverywhere(checked{raw, t, e.adapter.Name}, func(a ForeignAnswer) { current.Store(&a) }, ForeignAnswers)
 }
 
-// testRedirect: a redirect in the gateway's place, one with a Location that points back at the
-// gateway, is unknown for every operation: it is not the gateway's answer. payrouter's gateway
-// clients are not to follow redirects (a followed 307 sends the charge and its credentials
-// again, wherever Location says; a followed 302 turns it into a GET), so this client does not:
-// the case is about what the adapter makes of a 3xx that reaches it.
+// testRedirect: a gateway answering a redirect, to a second server that would approve anything
+// sent to it, is unknown for every operation, and the second server receives nothing: neither
+// the charge nor the gateway's credentials. payrouter's gateway clients never follow redirects
+// (a followed 307 sends the charge and its credentials again, wherever Location says; a followed
+// 302 turns it into a GET): neither the client built as payrouter builds it nor an adapter given
+// a plain http.Client, which would follow, may reach the second server. A 3xx is then what the
+// adapter makes of it: unknown, so the charge is looked up, never sent elsewhere.
 func testRedirect(t *testing.T, e *env) {
+	var elsewhere atomic.Int64
+	second := e.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		e.sim.ServeHTTP(w, r) // the gateway's own answers: approvals, if a charge ever got here
+	}))
 	var current atomic.Pointer[ForeignAnswer]
-	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	redirecting := e.serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := current.Load()
-		w.Header().Set("Location", e.url+r.URL.RequestURI())
+		w.Header().Set("Location", second.URL+r.URL.RequestURI())
 		w.Header().Set("Content-Type", a.ContentType)
 		w.WriteHeader(a.Status)
 		_, _ = io.WriteString(w, a.Body)
 	}))
-	t.Cleanup(redirecting.Close)
-	client := newClient(t)
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	raw, err := e.adapter.NewClient(redirecting.URL, client)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var redirects []ForeignAnswer
 	for _, status := range []int{301, 302, 303, 307, 308} {
-		redirects = append(redirects, ForeignAnswer{Name: fmt.Sprintf("%d redirect to the gateway", status), Status: status,
-			ContentType: HTML, Body: `<a href="` + e.url + `">` + http.StatusText(status) + `</a>.`})
+		redirects = append(redirects, ForeignAnswer{Name: fmt.Sprintf("%d redirect to a second server", status), Status: status,
+			ContentType: HTML, Body: `<a href="` + second.URL + `">` + http.StatusText(status) + `</a>.`})
 	}
-	e.expectUnknownEverywhere(checked{raw, t, e.adapter.Name}, func(a ForeignAnswer) { current.Store(&a) }, redirects)
+	following := e.newClient(t)
+	following.CheckRedirect = nil // net/http's default: follow up to 10 redirects
+	for name, client := range map[string]*http.Client{"payrouter's client": e.newClient(t), "a plain http.Client": following} {
+		raw, err := e.adapter.NewClient(redirecting.URL, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range redirects {
+			redirects[i].Name = strings.SplitN(redirects[i].Name, " (", 2)[0] + " (" + name + ")"
+		}
+		e.expectUnknownEverywhere(checked{raw, t, e.adapter.Name}, func(a ForeignAnswer) { current.Store(&a) }, redirects)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%s: the second server, named by Location, received %d requests", e.adapter.Name, n)
+	}
 	e.expectLedger("after redirects that were not followed")
 	if got := e.stats().Requests; got != 0 {
 		t.Errorf("%s: the gateway was called %d times through redirects that were not to be followed", e.adapter.Name, got)
+	}
+}
+
+// testNoClientCertificate: the gateway requires a client certificate and payrouter has none
+// configured: the handshake is refused before any request is read, so every operation is
+// unavailable (safe to send elsewhere), nothing is recorded and no call is counted. With TLS 1.3
+// the refusal arrives after the request was written (the client's handshake ends first); it is
+// unavailable all the same.
+func testNoClientCertificate(t *testing.T, e *env) {
+	for _, version := range []string{gatewayhttp.TLS12, gatewayhttp.TLS13} {
+		raw, err := e.adapter.NewClient(e.url, e.clientWith(t, gatewayhttp.ClientTLS{CAFile: e.pki.ca.CertFile, MinVersion: version}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.expectEverywhere("TLS "+version+" without a client certificate", checked{raw, t, e.adapter.Name}, payrouter.OutcomeUnavailable)
+	}
+	e.expectLedger("after handshakes the gateway refused")
+	if got := e.stats().Requests; got != 0 {
+		t.Errorf("%s: %d calls reached the gateway through refused handshakes", e.adapter.Name, got)
+	}
+}
+
+// testGatewayNotTrusted: the gateway's certificate is not signed by a CA payrouter trusts (the
+// system pool, without ca_file): payrouter refuses the handshake, nothing was sent: unavailable.
+func testGatewayNotTrusted(t *testing.T, e *env) {
+	raw, err := e.adapter.NewClient(e.url, e.clientWith(t, gatewayhttp.ClientTLS{CertFile: e.pki.client.CertFile, KeyFile: e.pki.client.KeyFile}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.expectEverywhere("a gateway certificate of an unknown CA", checked{raw, t, e.adapter.Name}, payrouter.OutcomeUnavailable)
+	e.expectLedger("after handshakes payrouter refused")
+	if got := e.stats().Requests; got != 0 {
+		t.Errorf("%s: %d calls reached a gateway payrouter does not trust", e.adapter.Name, got)
+	}
+}
+
+// expectEverywhere calls every operation of gw once and expects want each time.
+func (e *env) expectEverywhere(what string, gw payrouter.Gateway, want payrouter.Outcome) {
+	e.t.Helper()
+	ref := e.ref()
+	txr := payrouter.TxRequest{Reference: "op_conf_1", ChargeReference: ref, Amount: 1, Currency: "USD"}
+	e.expect(what+": charge", gw.Authorize(e.ctx(generous), e.charge(ref, 1011, "tok_visa", true)), want)
+	e.expect(what+": capture", gw.Capture(e.ctx(generous), txr), want)
+	e.expect(what+": void", gw.Void(e.ctx(generous), txr), want)
+	e.expect(what+": refund", gw.Refund(e.ctx(generous), txr), want)
+	e.expect(what+": status", gw.Status(e.ctx(generous), payrouter.TxRequest{Reference: ref}), want)
+	if err := gw.Health(e.ctx(generous)); err == nil {
+		e.t.Errorf("%s: %s: health reported no error", e.adapter.Name, what)
 	}
 }
 
