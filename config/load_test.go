@@ -108,8 +108,9 @@ gateways:
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []string{"k"}},
-		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true},
-		Idempotency:    Idempotency{TTL: 24 * time.Hour},
+		State: State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true,
+			Retention: 395 * 24 * time.Hour, MaxCharges: 100_000},
+		Idempotency: Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
 			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker},
@@ -117,6 +118,7 @@ gateways:
 		GatewayNames: []string{"b", "a"},
 		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: StrategyOrdered}},
 		Fallbacks:    Fallbacks{Charge: FallbackFail, Refund: FallbackQueue, Status: FallbackDegrade},
+		Limits:       Limits{RequestsPerSecond: 200, Burst: 400, KeyShare: 0.5, AuthFailuresPerMinute: 20},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *c, *want)

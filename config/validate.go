@@ -35,6 +35,7 @@ func validate(c *Config, kinds []string, bad map[string]bool) []string {
 	v.gateways(kinds)
 	v.routes()
 	v.fallbacks()
+	v.limits()
 	return v.problems
 }
 
