@@ -57,7 +57,9 @@ type Deps struct {
 	// renews it every third of it while it runs, so a key whose instance died or stalled is free
 	// again within Hold; 0: DefaultHold.
 	Hold time.Duration
-	Log  *slog.Logger
+	// Limits are the per-key rate limits and the failed-auth throttle (limits.go); nil: none.
+	Limits *Limits
+	Log    *slog.Logger
 }
 
 type server struct {
@@ -196,6 +198,9 @@ func bearer(c echo.Context) (string, bool) {
 // keys are scoped per API key.
 func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if blocked, err := s.authBlocked(c); blocked {
+			return err
+		}
 		token, ok := bearer(c)
 		if ok {
 			sum := sha256.Sum256([]byte(token))
@@ -204,10 +209,11 @@ func (s *server) requireAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
 					scope := scopeOf(sum)
 					c.Set("key_scope", scope)
 					c.Set("actor", "key:"+scope)
-					return next(c)
+					return s.keyLimited(c, scope, next)
 				}
 			}
 		}
+		s.countAuthFailure(c)
 		return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <API key> with a configured key"))
 	}
 }
@@ -225,12 +231,16 @@ func scopeOf(sum [32]byte) string {
 // requireAdmin lets through requests with the admin token; with none configured nobody passes.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if blocked, err := s.authBlocked(c); blocked {
+			return err
+		}
 		admin := s.Credentials.load().adminToken
 		if admin == "" {
 			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token"))
 		}
 		token, ok := bearer(c)
 		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(admin)) != 1 {
+			s.countAuthFailure(c)
 			return writeProblem(c, newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <admin token>"))
 		}
 		c.Set("actor", "admin")

@@ -36,8 +36,9 @@ func newStack(t testing.TB, adminToken string) *stack {
 	return newStackHolding(t, adminToken, time.Minute)
 }
 
-// newStackHolding is newStack with Deps.Hold set to hold.
-func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack {
+// newStackHolding is newStack with Deps.Hold set to hold; opts change the Deps before the
+// handlers are made.
+func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts ...func(*Deps)) *stack {
 	t.Helper()
 	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}}
 	names := []string{"paywell", "ding"}
@@ -73,6 +74,9 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: store, Forced: store,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
+	}
+	for _, opt := range opts {
+		opt(&deps)
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
 	st.store, st.router = store, router

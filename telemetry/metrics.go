@@ -43,6 +43,7 @@ type Metrics struct {
 	probeUp            *prometheus.GaugeVec
 	probes             *prometheus.CounterVec
 	probeDuration      *prometheus.HistogramVec
+	rateLimited        *prometheus.CounterVec // limits.go
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -70,6 +71,7 @@ func NewMetrics() *Metrics {
 			Help: "Calls refused without a network call because the breaker was open.",
 		}, []string{"gateway", "operation"}),
 		breakerInfo: newBreakerInfo(),
+		rateLimited: newRateLimited(),
 		reloads:     newReloadInfo(),
 		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_gateway_request_duration_seconds",
@@ -142,6 +144,7 @@ func NewMetrics() *Metrics {
 		m.hedges.WithLabelValues(r) // shown at 0 from the start: a dashboard's rate() needs the series
 	}
 	m.queueDepth.WithLabelValues(TaskQueue)
+	reg.MustRegister(m.rateLimited)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

@@ -176,6 +176,7 @@ type app struct {
 	reloadMu sync.Mutex
 	live     atomic.Pointer[config.Config]
 	creds    *httpapi.Credentials // the API keys and admin token both listeners check
+	limits   *httpapi.Limits      // per-key rates and the failed-auth throttle of both listeners
 	adapters map[string]payrouter.Gateway
 	checks   map[string]resilience.HealthCheck
 }
@@ -240,6 +241,8 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	a.creds = httpapi.NewCredentials(cfg.Auth.APIKeys, cfg.Auth.AdminToken)
 	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
 	a.domains = resilience.NewDomains(gatewaySettings(cfg), a.obs)
+	a.limits = httpapi.NewLimits(cfg.Limits, cfg.Auth.APIKeys)
+	a.domains.SetKeyShare(cfg.KeyShareFor())
 	a.closers = append(a.closers, a.domains.Close)
 	a.initMetrics(cfg, cfg.GatewayNames)
 
@@ -332,7 +335,7 @@ func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, er
 }
 
 // reload re-reads the configuration file and applies what can change while serving, in place:
-// gateways (added, changed, removed), routes, fallbacks and the API keys and admin token. Gateways whose configuration is the
+// gateways (added, changed, removed), routes, fallbacks, the API keys and admin token, and the limits. Gateways whose configuration is the
 // same keep their breakers, bulkheads and connections; a changed one keeps each part whose own
 // settings did not change (resilience.Domains.Update). Charges under way finish on the settings
 // they started with. A file that does not load is refused with its problems and nothing changes.
@@ -387,13 +390,15 @@ func (a *app) reload(how string) (config.Changes, error) {
 		a.worker.SetIdle(workerIdle(next))
 	}
 	a.creds.Set(next.Auth.APIKeys, next.Auth.AdminToken)
+	a.limits.Set(next.Limits, next.Auth.APIKeys)
+	a.domains.SetKeyShare(next.KeyShareFor())
 	a.metrics.ForgetGateways(changes.Gateways.Removed)
 	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
 	a.live.Store(next)
 	a.metrics.ConfigReloaded(true)
 	a.log.Info("config.reloaded", "how", how, "path", a.path,
 		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
-		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth,
+		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth, "limits_changed", changes.Limits,
 		"restart_needed", changes.RestartNeeded)
 	for _, w := range next.Check().Warnings {
 		a.log.Warn("config.warning", "warning", w)
@@ -596,7 +601,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	deps := httpapi.Deps{
 		Credentials: a.creds, Router: a.router, Store: a.store, Forced: a.forced,
 		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(), Reloader: a,
-		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
+		IdempotencyTTL: cfg.Idempotency.TTL, Limits: a.limits, Log: log,
 	}
 	if a.shared != nil {
 		deps.Coordination = a.shared
