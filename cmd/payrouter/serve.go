@@ -436,12 +436,20 @@ func (a *app) Summary() []config.GatewaySummary { return a.live.Load().Summary()
 // in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
 // breakers. `probe` moves no money: it opens no database.
 func (a *app) openStores(ctx context.Context, role string) error {
-	mem := memstore.New()
+	var bounds []memstore.Option
+	if a.cfg.State.DatabaseURL == "" { // the money state is in memory: bound it (docs/limits.md)
+		bounds = append(bounds, memstore.WithBounds(a.cfg.State.Retention, a.cfg.State.MaxCharges))
+	}
+	mem := memstore.New(bounds...)
 	a.closers = append(a.closers, func() { mem.Close() })
 	a.store, a.forced = mem, mem
+	if len(bounds) > 0 {
+		a.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
+	}
 	if url := a.cfg.State.DatabaseURL; url != "" && role == "serve" {
 		pg, err := pgstore.Open(ctx, url, pgstore.Options{
 			Timeout: a.cfg.State.DatabaseTimeout, Log: a.log, NoMigrate: !a.cfg.State.DatabaseMigrate,
+			Retention: pgstore.Retention{Charges: a.cfg.State.Retention},
 		})
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
