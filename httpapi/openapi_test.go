@@ -568,10 +568,10 @@ type specStack struct {
 	// Both listeners of an instance with limits: the storefront's key may send one request (a
 	// bucket that barely refills), the admin listener's address may fail once a minute.
 	apiLimited, adminLimited *specServer
-	requests                         atomic.Int64
-	mu                               sync.Mutex
-	holds                            []*hold
-	reloader                         *specReloader
+	requests                 atomic.Int64
+	mu                       sync.Mutex
+	holds                    []*hold
+	reloader                 *specReloader
 }
 
 // specReloader answers POST /admin/reload as payrouter's does (cmd/payrouter, whose reload the
