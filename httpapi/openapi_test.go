@@ -565,13 +565,14 @@ type specStack struct {
 	// The listeners: the storefront; the admin API with a token; the admin API with none
 	// configured; the admin API of an instance whose shared state store does not answer.
 	api, admin, adminOff, adminFleet *specServer
+	requests                         atomic.Int64
+	mu                               sync.Mutex
+	holds                            []*hold
+	reloader                         *specReloader
+
 	// Both listeners of an instance with limits: the storefront's key may send one request (a
 	// bucket that barely refills), the admin listener's address may fail once a minute.
 	apiLimited, adminLimited *specServer
-	requests                 atomic.Int64
-	mu                       sync.Mutex
-	holds                    []*hold
-	reloader                 *specReloader
 }
 
 // specReloader answers POST /admin/reload as payrouter's does (cmd/payrouter, whose reload the
