@@ -50,7 +50,7 @@ const visa = `{"amount":1999,"currency":"USD","payment_method":{"type":"card","t
 // A key over its rate is answered 429 with Retry-After, without taking its Idempotency-Key:
 // the same request goes through once the bucket refills. Another key is not slowed.
 func TestKeyRateLimit(t *testing.T) {
-	st, m := newLimitedStack(t, config.Limits{RequestsPerSecond: 2, Burst: 2, KeyShare: 1})
+	st, m := newLimitedStack(t, config.Limits{RequestsPerSecond: 1, Burst: 2, KeyShare: 1})
 	for i := range 2 {
 		if r := st.charge(fmt.Sprintf("rl-%d", i), visa); r.status != 201 {
 			t.Fatalf("charge %d within the burst: %d %s", i+1, r.status, r.body)
@@ -61,7 +61,7 @@ func TestKeyRateLimit(t *testing.T) {
 		t.Fatalf("third charge at once with a burst of 2: %d %s, want 429 rate-limited", r.status, r.body)
 	}
 	if got := r.header.Get("Retry-After"); got != "1" {
-		t.Errorf("Retry-After %q, want 1 (half a second, rounded up)", got)
+		t.Errorf("Retry-After %q, want 1 (at most a second at 1/s)", got)
 	}
 	if !strings.Contains(r.body, `"retry_after_ms":`) {
 		t.Errorf("429 body without retry_after_ms: %s", r.body)
@@ -78,7 +78,7 @@ func TestKeyRateLimit(t *testing.T) {
 		t.Errorf("key-2 while key-1 is limited: %d %s, want 201", other.status, other.body)
 	}
 
-	time.Sleep(600 * time.Millisecond) // one token at 2/s; the limiter reads the real clock
+	time.Sleep(1100 * time.Millisecond) // one token at 1/s; the limiter reads the real clock
 	r = st.charge("rl-over", visa)
 	if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("the refused request sent again after Retry-After: %d replayed=%q %s, want a first 201",
@@ -143,7 +143,7 @@ func TestAuthFailureThrottleAdmin(t *testing.T) {
 func TestKeyShareLeavesSlotsForOtherKeys(t *testing.T) {
 	st, m := newLimitedStack(t, config.Limits{KeyShare: 0.5})
 	st.domains.SetKeyShare(0.5)                                                   // bulkheads of 4: 2 slots a key
-	st.sims["paywell"].SetBehavior(sim.Behavior{Latency: 200 * time.Millisecond}) // under its 300ms timeout
+	st.sims["paywell"].SetBehavior(sim.Behavior{Latency: 150 * time.Millisecond}) // well under its 300ms timeout
 	pinned := `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"gateway":"paywell"}`
 
 	var wg sync.WaitGroup
