@@ -33,6 +33,8 @@ type Config struct {
 	AdminTLS            *ListenerTLS  `yaml:"admin_tls"`             //
 	AdminMaxConnections int           `yaml:"admin_max_connections"` // default 64
 	AdminIdleTimeout    time.Duration `yaml:"admin_idle_timeout"`    // default 75s
+
+	Limits Limits `yaml:"limits"` // per API key and per client address (limits.go)
 }
 
 // Auth holds the storefront's API keys and the admin tokens (docs/keys-and-secrets.md).
@@ -113,6 +115,15 @@ type State struct {
 	RedisURL string `yaml:"redis_url"`
 	// RedisTimeout bounds every Redis call; a request never waits on Redis longer. default 100ms
 	RedisTimeout time.Duration `yaml:"redis_timeout"`
+	// Retention is how long a final charge (and a final refund) is kept after it was last
+	// written, in memory and in the database; the database deletes older rows in the
+	// background. default 9480h (395 days)
+	Retention time.Duration `yaml:"retention"`
+	// MaxCharges bounds the in-memory store: beyond it the charges written longest ago that
+	// are final go first; charges still moving money are never dropped, and when they alone
+	// fill the store a new charge is answered 503 state-unavailable. Ignored with
+	// database_url. 0: no bound. default 100000
+	MaxCharges int `yaml:"max_charges"`
 }
 
 // Idempotency configures idempotency keys.

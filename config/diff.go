@@ -12,6 +12,7 @@ type Changes struct {
 	Routes        bool                `json:"routes_changed"`
 	Fallbacks     bool                `json:"fallbacks_changed"`
 	Auth          bool                `json:"auth_changed"`   // API keys or admin token (never shown)
+	Limits        bool                `json:"limits_changed"` // rate limits, key share, failed-auth throttle
 	RestartNeeded []string            `json:"restart_needed"` // top-level keys whose new value waits for a restart
 }
 
@@ -27,7 +28,7 @@ type GatewayChanges struct {
 // None reports whether the file changes nothing.
 func (c Changes) None() bool {
 	g := c.Gateways
-	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && !c.Auth && len(c.RestartNeeded) == 0
+	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && !c.Auth && !c.Limits && len(c.RestartNeeded) == 0
 }
 
 // Diff compares the running configuration with next, both loaded (defaults applied).
@@ -54,6 +55,7 @@ func Diff(running, next *Config) Changes {
 	ch.Routes = !reflect.DeepEqual(running.Routes, next.Routes)
 	ch.Fallbacks = running.Fallbacks != next.Fallbacks
 	ch.Auth = !reflect.DeepEqual(running.Auth, next.Auth)
+	ch.Limits = running.Limits != next.Limits
 	ch.RestartNeeded = []string{}
 	for _, f := range []struct {
 		key  string

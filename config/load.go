@@ -226,6 +226,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 	defString(&c.Fallbacks.Charge, FallbackFail)
 	defString(&c.Fallbacks.Refund, FallbackQueue)
 	defString(&c.Fallbacks.Status, FallbackDegrade)
+	applyLimitDefaults(c, present)
 }
 
 func defString(s *string, def string) {

@@ -117,8 +117,9 @@ gateways:
 		AdminListen:    "127.0.0.1:9090",
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []APIKey{{Key: "key_0123456789abcdef012345"}}},
-		State:          State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true},
-		Idempotency:    Idempotency{TTL: 24 * time.Hour},
+		State: State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true,
+			Retention: 395 * 24 * time.Hour, MaxCharges: 100_000},
+		Idempotency: Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
 			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
@@ -129,6 +130,7 @@ gateways:
 
 		MaxConnections: 4096, IdleTimeout: 75 * time.Second,
 		AdminMaxConnections: 64, AdminIdleTimeout: 75 * time.Second,
+		Limits: Limits{RequestsPerSecond: 200, Burst: 400, KeyShare: 0.5, AuthFailuresPerMinute: 20},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *c, *want)

@@ -46,6 +46,7 @@ func validateWith(v *validator, kinds []string) []string {
 	v.gateways(kinds)
 	v.routes()
 	v.fallbacks()
+	v.limits()
 	return v.problems
 }
 

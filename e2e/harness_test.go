@@ -453,6 +453,9 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 			r.Name, strings.Join(r.Currencies, ", "), strings.Join(r.Gateways, ", "))
 	}
 	b.WriteString("fallbacks:\n  charge: fail\n")
+	// The load these tests send from one key is far above a shop's; the limits have tests of
+	// their own (docs/limits.md).
+	b.WriteString("limits:\n  requests_per_second: 0\n")
 	return b.String()
 }
 

@@ -44,8 +44,10 @@ func newAuthFailureLog() *authFailureLog {
 // payrouter_auth_failures_total{listener, reason} and logs an auth.failed line with the client
 // address (the TCP peer, never a header), the listener, the route, the reason and the request
 // id, never the token sent. listener is listenerStorefront or listenerAdmin, reason authMissing
-// or authWrong.
+// or authWrong. It also counts the failure against the client's address (limits.go), which
+// is answered 429 once it has failed too often.
 func (s *server) authFailed(c echo.Context, listener, reason string) error {
+	s.countAuthFailure(c)
 	if s.Metrics != nil {
 		s.Metrics.AuthFailed(listener, reason)
 	}

@@ -67,11 +67,7 @@ func (c *Credentials) Set(apiKeys []string, adminToken string) {
 func (c *Credentials) SetAuth(a config.Auth) {
 	next := &credentials{}
 	for _, k := range a.APIKeys {
-		key := apiKey{sum: sha256.Sum256([]byte(k.Key))}
-		key.scope = scopeOf(key.sum)
-		if k.Name != "" {
-			key.scope = namedScope(k.Name)
-		}
+		key := apiKey{sum: sha256.Sum256([]byte(k.Key)), scope: keyScope(k)}
 		if k.Rights != nil {
 			key.rights = map[string]bool{}
 			for _, r := range k.Rights {
@@ -88,6 +84,15 @@ func (c *Credentials) SetAuth(a config.Auth) {
 }
 
 func (c *Credentials) load() *credentials { return c.cur.Load() }
+
+// keyScope is the scope an API key's charges, refunds and idempotency keys are kept under: its
+// name's when it has one (several keys may share it during a rotation), else its digest's.
+func keyScope(k config.APIKey) string {
+	if k.Name != "" {
+		return namedScope(k.Name)
+	}
+	return scopeOf(sha256.Sum256([]byte(k.Key)))
+}
 
 // namedScope is the scope of a named API key: "name:" and the name. A digest's scope is 16 hex
 // digits and a name has no ':' (config refuses one), so no named scope can equal another key's,

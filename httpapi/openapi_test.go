@@ -399,6 +399,27 @@ func TestOpenAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("limits", func(t *testing.T) {
+		// The key's one request, then every storefront operation over its rate.
+		id := st.newCharge(t, "limits-1", true)
+		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/charge/" + id}), 200)
+		st.expect(t, st.send(t, st.apiLimited, specCall{method: "POST", path: "/charge", key: "k", body: chargeBody(100, "tok_visa", "")}), 429)
+		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/charge/" + id}), 429)
+		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/refund/re_x"}), 429)
+		for _, op := range ops {
+			st.expect(t, st.send(t, st.apiLimited, specCall{method: "POST", path: "/charge/" + id + "/" + op, key: "k"}), 429)
+		}
+		// One wrong admin token, then every admin operation, right token or not.
+		st.expect(t, st.send(t, st.adminLimited, specCall{method: "GET", path: "/admin/breakers", auth: "Bearer wrong"}), 401)
+		for _, path := range []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded"} {
+			st.expect(t, st.send(t, st.adminLimited, specCall{method: "GET", path: path}), 429)
+		}
+		for _, action := range breakerActions {
+			st.expect(t, st.send(t, st.adminLimited, specCall{method: "POST", path: "/admin/breakers/paywell/charge/" + action}), 429)
+		}
+		st.expect(t, st.send(t, st.adminLimited, specCall{method: "POST", path: "/admin/reload"}), 429)
+	})
+
 	t.Run("every documented answer, header, problem type and field is produced", func(t *testing.T) {
 		cov.verify(t, spec)
 	})
@@ -573,6 +594,10 @@ type specStack struct {
 	mu                               sync.Mutex
 	holds                            []*hold
 	reloader                         *specReloader
+
+	// Both listeners of an instance with limits: the storefront's key may send one request (a
+	// bucket that barely refills), the admin listener's address may fail once a minute.
+	apiLimited, adminLimited *specServer
 }
 
 // specReloader answers POST /admin/reload as payrouter's does (cmd/payrouter, whose reload the
@@ -734,6 +759,10 @@ fallbacks:
 	off := deps
 	off.Credentials = httpapi.NewAuthCredentials(config.Auth{APIKeys: cfg.Auth.APIKeys})
 	st.adminOff = serve(httpapi.NewAdminServer(off), adminURL, "")
+	limited := deps
+	limited.Limits = httpapi.NewLimits(config.Limits{RequestsPerSecond: 0.001, Burst: 1, KeyShare: 1, AuthFailuresPerMinute: 1}, cfg.Auth.APIKeys)
+	st.apiLimited = serve(httpapi.NewServer(limited), storefrontURL, "Bearer key-spec")
+	st.adminLimited = serve(httpapi.NewAdminServer(limited), adminURL, "Bearer admin-spec")
 
 	// Another instance, sharing breakers through a state store that does not answer.
 	fleetDomains := resilience.NewDomains(settings, nil)
@@ -1556,6 +1585,9 @@ func (o *openAPI) lint() []error {
 			add("%s: needs credentials but documents no 401", op.key)
 		case len(op.security) == 0 && codes["401"]:
 			add("%s: needs no credentials but documents 401", op.key)
+		}
+		if len(op.security) > 0 && !codes["429"] {
+			add("%s: needs credentials but documents no 429 (the failed-auth throttle answers it)", op.key)
 		}
 		if slices.Contains(op.security, "adminToken") && !codes["403"] {
 			add("%s: an admin operation answers 403 while no admin token is configured", op.key)

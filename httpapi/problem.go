@@ -55,6 +55,7 @@ var problemTypes = map[payrouter.ErrorCode]struct {
 	codeForbidden:                  {http.StatusForbidden, "Forbidden"},
 	codeMethodNotAllowed:           {http.StatusMethodNotAllowed, "Method not allowed"},
 	codeInvalidConfig:              {http.StatusUnprocessableEntity, "The configuration file was refused; the running configuration stays"},
+	codeRateLimited:                {http.StatusTooManyRequests, "Too many requests"}, // limits.go
 }
 
 // Codes only the HTTP layer has.

@@ -58,7 +58,9 @@ type Deps struct {
 	// renews it every third of it while it runs, so a key whose instance died or stalled is free
 	// again within Hold; 0: DefaultHold.
 	Hold time.Duration
-	Log  *slog.Logger
+	// Limits are the per-key rate limits and the failed-auth throttle (limits.go); nil: none.
+	Limits *Limits
+	Log    *slog.Logger
 }
 
 type server struct {
@@ -213,6 +215,9 @@ func bearer(c echo.Context) (string, bool) {
 func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			if blocked, err := s.authBlocked(c); blocked {
+				return err
+			}
 			token, ok := bearer(c)
 			if !ok {
 				return s.authFailed(c, listenerStorefront, authMissing)
@@ -236,7 +241,7 @@ func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 				return writeProblem(c, newProblem(codeForbidden, fmt.Sprintf(
 					"this API key has no right to %s (its rights: %s; see auth.api_keys rights)", right, strings.Join(key.list, ", "))))
 			}
-			return next(c)
+			return s.keyLimited(c, key.scope, next)
 		}
 	}
 }
@@ -257,6 +262,9 @@ func scopeOf(sum [32]byte) string {
 // lengths nor which one matched shows in the time taken.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if blocked, err := s.authBlocked(c); blocked {
+			return err
+		}
 		admins := s.Credentials.load().admins
 		if len(admins) == 0 {
 			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token or auth.admin_tokens"))

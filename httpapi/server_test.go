@@ -40,8 +40,9 @@ func newStack(t testing.TB, adminToken string) *stack {
 	return newStackHolding(t, adminToken, time.Minute)
 }
 
-// newStackHolding is newStack with Deps.Hold set to hold.
-func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack {
+// newStackHolding is newStack with Deps.Hold set to hold; opts change the Deps before the
+// handlers are made.
+func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts ...func(*Deps)) *stack {
 	t.Helper()
 	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &syncBuffer{}}
 	names := []string{"paywell", "ding"}
@@ -79,6 +80,9 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration) *stack
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Log:      slog.New(slog.NewJSONHandler(st.log, nil)),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
+	}
+	for _, opt := range opts {
+		opt(&deps)
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
 	st.store, st.router, st.creds = store, router, deps.Credentials

@@ -33,19 +33,37 @@ func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 			return fmt.Errorf("memstore: save charge %s: %w", c.ID, payrouter.ErrHoldLost)
 		}
 	}
-	s.putCharge(c)
-	return nil
+	return s.putCharge(c)
 }
 
-// putCharge stores a copy of c, without its payment method; the caller has checked c.
-func (s *Store) putCharge(c *payrouter.Charge) {
+// putCharge stores a copy of c, without its payment method; the caller has checked c. With
+// bounds, it first drops what they say must go, and refuses a new charge with ErrFull when
+// nothing may go to make room for it.
+func (s *Store) putCharge(c *payrouter.Charge) error {
 	stored := cloneCharge(c)
 	stored.PaymentMethod = payrouter.PaymentMethod{}
 	stored.Hold = payrouter.Hold{}
 
 	s.chargeMu.Lock()
 	defer s.chargeMu.Unlock()
-	if old, ok := s.charges[c.ID]; ok && old.Status != c.Status {
+	old, exists := s.charges[c.ID]
+	if s.bounded() {
+		now := s.now()
+		if exists {
+			// First, so that making room never drops the charge being written.
+			s.ordered(c.ID, c.Status, now)
+		}
+		s.queueMu.Lock()
+		room := s.makeRoom(now, !exists)
+		s.queueMu.Unlock()
+		if !room {
+			return errFull(fmt.Sprintf("save charge %s: all %d charges held are still moving money", c.ID, len(s.charges)))
+		}
+		if !exists {
+			s.ordered(c.ID, c.Status, now)
+		}
+	}
+	if exists && old.Status != c.Status {
 		s.unindex(old)
 	}
 	s.charges[c.ID] = stored
@@ -55,6 +73,7 @@ func (s *Store) putCharge(c *payrouter.Charge) {
 		s.byStatus[c.Status] = ids
 	}
 	ids[c.ID] = struct{}{}
+	return nil
 }
 
 func (s *Store) unindex(c *payrouter.Charge) {
@@ -141,6 +160,8 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payro
 	if !s.holds(h, now) {
 		return fmt.Errorf("memstore: complete charge %s: %w", c.ID, payrouter.ErrHoldLost)
 	}
-	s.putCharge(c)
+	if err := s.putCharge(c); err != nil {
+		return err
+	}
 	return s.complete(h, rec, ttl, now)
 }

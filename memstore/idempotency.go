@@ -66,6 +66,14 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time
 			return cloneRecord(e.rec), payrouter.Hold{}, nil
 		}
 	}
+	if _, known := s.idem[key]; !known && s.maxKeys > 0 && len(s.idem) >= s.maxKeys {
+		// Every key held is within its TTL, or the sweep is behind: forget every expired one
+		// before refusing. An unexpired key is a promise kept for its TTL, never dropped early.
+		s.sweepAll(now)
+		if len(s.idem) >= s.maxKeys {
+			return nil, payrouter.Hold{}, errFull(fmt.Sprintf("claim: %d idempotency keys held, none expired", len(s.idem)))
+		}
+	}
 	h := payrouter.Hold{Key: key, Token: s.tokens.Add(1)}
 	held := now.Add(holdFor)
 	// Kept as long again after the hold runs out: a slow holder that finishes meanwhile still
@@ -214,6 +222,17 @@ func (s *Store) sweep(now time.Time) {
 		}
 	}
 	s.expiries.shrink()
+}
+
+// sweepAll forgets every key expired at now.
+func (s *Store) sweepAll(now time.Time) {
+	for {
+		next, ok := s.expiries.peek()
+		if !ok || now.Before(next.at) {
+			return
+		}
+		s.sweep(now)
+	}
 }
 
 // cloneRecord copies rec deeply so that neither the caller nor a later reader shares its Body or

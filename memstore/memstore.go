@@ -5,6 +5,7 @@
 package memstore
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"sync"
@@ -20,7 +21,10 @@ var ErrClosed = errors.New("memstore: store is closed")
 
 // Store is an in-memory payrouter.Store, safe for concurrent use. It starts no goroutine:
 // expired idempotency keys are forgotten on access and by a bounded sweep run with each
-// idempotency operation.
+// idempotency operation, and, with WithBounds, settled charges past their retention or beyond
+// the maximum count go as charges are written.
+//
+// Locks, always taken in this order: idemMu, chargeMu, queueMu.
 type Store struct {
 	now    func() time.Time
 	closed atomic.Bool
@@ -32,6 +36,15 @@ type Store struct {
 	// byStatus indexes charges by status: the reconciler asks for the few processing charges
 	// among many final ones, which must not cost a scan of them all.
 	byStatus map[payrouter.ChargeStatus]map[string]struct{}
+	// The bounds (bounds.go): settledOrder lists the settled charges, written longest ago
+	// first, and order finds each one's element; both guarded by chargeMu, kept only when
+	// bounded.
+	retention    time.Duration
+	maxCharges   int
+	maxKeys      int
+	settledOrder *list.List
+	order        map[string]*list.Element
+	evicted      atomic.Int64
 
 	idemMu   sync.Mutex
 	idem     map[string]idemEntry
@@ -48,6 +61,12 @@ type Store struct {
 	refunds  map[string]*payrouter.Refund
 	queue    []*queued
 	queueSeq int64
+	// pins counts, per charge, its refunds queued or pending and its tasks queued: a pinned
+	// charge is never dropped. unpinned lists charges whose last pin went, to go back in the
+	// settled order; refundsOf lists each charge's refunds, dropped with it.
+	pins      map[string]int
+	unpinned  []string
+	refundsOf map[string][]string
 }
 
 var (
@@ -77,6 +96,11 @@ func New(opts ...Option) *Store {
 		idem:     make(map[string]idemEntry),
 		forced:   make(map[string]payrouter.Forced),
 		refunds:  make(map[string]*payrouter.Refund),
+
+		settledOrder: list.New(),
+		order:        make(map[string]*list.Element),
+		pins:         make(map[string]int),
+		refundsOf:    make(map[string][]string),
 	}
 	for _, opt := range opts {
 		opt(s)

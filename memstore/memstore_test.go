@@ -26,6 +26,11 @@ func TestStore(t *testing.T) {
 	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore { return newStore(t) })
 }
 
+// The suite holds with bounds on too: nothing it stores is dropped while it runs.
+func TestStoreBounded(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) payrouter.Store { return newStore(t, memstore.WithBounds(24*time.Hour, 1000)) })
+}
+
 func BenchmarkStore(b *testing.B) {
 	storetest.Benchmark(b, func(b *testing.B) payrouter.Store { return newStore(b) })
 }

@@ -27,6 +27,18 @@ func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
 	cp := *r
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
+	old := s.refunds[r.ID]
+	switch {
+	case old == nil:
+		s.refundsOf[r.ChargeID] = append(s.refundsOf[r.ChargeID], r.ID)
+		if pinning(r.Status) {
+			s.pin(r.ChargeID)
+		}
+	case pinning(r.Status) && !pinning(old.Status):
+		s.pin(r.ChargeID)
+	case !pinning(r.Status) && pinning(old.Status):
+		s.unpin(r.ChargeID)
+	}
 	s.refunds[r.ID] = &cp
 	return nil
 }
@@ -58,6 +70,7 @@ func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
 	t.ID = fmt.Sprintf("%d-0", s.queueSeq)
 	t.Deliveries = 0
 	s.queue = append(s.queue, &queued{task: t})
+	s.pin(t.ChargeID)
 	return t.ID, nil
 }
 
@@ -96,7 +109,13 @@ func (s *Store) Ack(ctx context.Context, id string) error {
 	}
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
-	s.queue = slices.DeleteFunc(s.queue, func(q *queued) bool { return q.task.ID == id })
+	s.queue = slices.DeleteFunc(s.queue, func(q *queued) bool {
+		if q.task.ID != id {
+			return false
+		}
+		s.unpin(q.task.ChargeID)
+		return true
+	})
 	return nil
 }
 

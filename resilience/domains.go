@@ -106,6 +106,8 @@ type Domains struct {
 	// mu orders Updates and the hooks registered with OnUpdate.
 	mu    sync.Mutex
 	hooks []func(*DomainSet)
+	// keyShare is SetKeyShare's share, given to every bulkhead made after it; guarded by mu.
+	keyShare float64
 }
 
 // DomainSet is one configuration's failure domains; it never changes. Gateways removed by an
@@ -136,7 +138,7 @@ func NewDomains(gateways []GatewaySettings, obs Observer) *Domains {
 	if obs == nil {
 		obs = NopObserver{}
 	}
-	d := &Domains{obs: obs}
+	d := &Domains{obs: obs, keyShare: 1}
 	set, _, err := d.build(&DomainSet{byName: map[string]*gatewayDomain{}}, gateways)
 	if err != nil {
 		panic("resilience: " + err.Error())
@@ -202,6 +204,17 @@ func (d *Domains) Update(gateways []GatewaySettings) (UpdateReport, error) {
 		}
 	}
 	return report, nil
+}
+
+// SetKeyShare sets the share of each gateway's bulkhead one API key scope may hold
+// (Bulkhead.SetKeyShare) on every gateway, now and after every Update; 1: no limit.
+func (d *Domains) SetKeyShare(share float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keyShare = share
+	for _, gd := range d.cur.Load().byName {
+		gd.bulkhead.SetKeyShare(share)
+	}
 }
 
 // OnUpdate registers fn to see every new set before it is used (the Fleet links new breakers).
@@ -271,6 +284,7 @@ func (d *Domains) newGatewayDomain(s GatewaySettings, old *gatewayDomain) *gatew
 		gd.bulkhead = old.bulkhead
 	} else {
 		gd.bulkhead = NewBulkhead(s.Name, s.MaxConcurrent, s.MaxWait, d.obs)
+		gd.bulkhead.SetKeyShare(d.keyShare)
 	}
 	sameTLS := old != nil && o.Endpoint == s.Endpoint && o.TLSFingerprint == s.TLSFingerprint
 	if sameTLS && o.MaxConcurrent == s.MaxConcurrent && o.DialTimeout == s.DialTimeout {

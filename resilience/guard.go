@@ -52,6 +52,7 @@ func (g *Guard) Timeout() time.Duration { return g.timeout }
 const (
 	detailBreakerOpen  = "circuit breaker open: the gateway was not called"
 	detailBulkheadFull = "no bulkhead slot free in time: the gateway was not called"
+	detailKeyShare     = "this API key holds its share of the gateway's bulkhead slots: the gateway was not called"
 )
 
 // Do runs one attempt in the order breaker(bulkhead(timeout(call))): breaker admission with no
@@ -74,23 +75,29 @@ func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter
 		g.obs.CallDone(ctx, g.gateway, g.op, payrouter.OutcomeBreakerOpen, 0)
 		return payrouter.Result{Outcome: payrouter.OutcomeBreakerOpen, Detail: detailBreakerOpen}, 0
 	}
-	if !g.bulkhead.acquire(ctx) {
+	scope, ok, overShare := g.bulkhead.acquire(ctx)
+	if !ok {
 		g.breaker.finish(adm, reportOf(payrouter.OutcomeBulkheadFull)) // excluded: hands a half-open trial back
 		g.obs.CallDone(ctx, g.gateway, g.op, payrouter.OutcomeBulkheadFull, 0)
-		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detailBulkheadFull}, 0
+		detail := detailBulkheadFull
+		if overShare {
+			detail = detailKeyShare
+		}
+		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detail}, 0
 	}
-	return g.run(ctx, call, adm)
+	return g.run(ctx, call, adm, scope)
 }
 
-// run is the part of Do that holds a slot and the breaker's admission.
-func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Result, adm admission) (payrouter.Result, time.Duration) {
+// run is the part of Do that holds a slot (counted against scope's share, "" none) and the
+// breaker's admission.
+func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Result, adm admission, scope string) (payrouter.Result, time.Duration) {
 	reported := false
 	defer func() {
 		if !reported {
 			// call panicked: a half-open trial never reported would hold its place for good.
 			g.breaker.finish(adm, errAbandoned)
 		}
-		g.bulkhead.release()
+		g.bulkhead.releaseFor(scope)
 	}()
 
 	// When what is left of ctx is shorter than the timeout, ctx already carries the deadline we

@@ -44,6 +44,7 @@ type Metrics struct {
 	probes             *prometheus.CounterVec
 	probeDuration      *prometheus.HistogramVec
 	authFailures       *prometheus.CounterVec
+	rateLimited        *prometheus.CounterVec // limits.go
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -71,6 +72,7 @@ func NewMetrics() *Metrics {
 			Help: "Calls refused without a network call because the breaker was open.",
 		}, []string{"gateway", "operation"}),
 		breakerInfo: newBreakerInfo(),
+		rateLimited: newRateLimited(),
 		reloads:     newReloadInfo(),
 		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_gateway_request_duration_seconds",
@@ -144,6 +146,7 @@ func NewMetrics() *Metrics {
 	}
 	m.queueDepth.WithLabelValues(TaskQueue)
 	m.authFailures = newAuthFailures(reg)
+	reg.MustRegister(m.rateLimited)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

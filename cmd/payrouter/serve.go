@@ -178,6 +178,7 @@ type app struct {
 	reloadMu sync.Mutex
 	live     atomic.Pointer[config.Config]
 	creds    *httpapi.Credentials // the API keys and admin token both listeners check
+	limits   *httpapi.Limits      // per-key rates and the failed-auth throttle of both listeners
 	adapters map[string]payrouter.Gateway
 	checks   map[string]resilience.HealthCheck
 	// listeners are serve's storefront and admin listeners, whose certificates a reload renews.
@@ -259,6 +260,8 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 		return nil, &exitError{code: 2, err: err}
 	}
 	a.domains = resilience.NewDomains(settings, a.obs)
+	a.limits = httpapi.NewLimits(cfg.Limits, cfg.Auth.APIKeys)
+	a.domains.SetKeyShare(cfg.KeyShareFor())
 	a.closers = append(a.closers, a.domains.Close)
 	a.initMetrics(cfg, cfg.GatewayNames)
 
@@ -353,7 +356,7 @@ func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, er
 }
 
 // reload re-reads the configuration file and applies what can change while serving, in place:
-// gateways (added, changed, removed), routes, fallbacks and the API keys and admin token. Gateways whose configuration is the
+// gateways (added, changed, removed), routes, fallbacks, the API keys and admin token, and the limits. Gateways whose configuration is the
 // same keep their breakers, bulkheads and connections; a changed one keeps each part whose own
 // settings did not change (resilience.Domains.Update). Charges under way finish on the settings
 // they started with. A file that does not load is refused with its problems and nothing changes.
@@ -421,6 +424,8 @@ func (a *app) reload(how string) (config.Changes, error) {
 		a.worker.SetIdle(workerIdle(next))
 	}
 	a.creds.SetAuth(next.Auth)
+	a.limits.Set(next.Limits, next.Auth.APIKeys)
+	a.domains.SetKeyShare(next.KeyShareFor())
 	a.metrics.ForgetGateways(changes.Gateways.Removed)
 	a.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
 	certificates := a.reloadCertificates(next)
@@ -428,7 +433,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	a.metrics.ConfigReloaded(true)
 	a.log.Info("config.reloaded", "how", how, "path", a.path, "certificates_reloaded", certificates,
 		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
-		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth,
+		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth, "limits_changed", changes.Limits,
 		"restart_needed", changes.RestartNeeded)
 	for _, w := range next.Check().Warnings {
 		a.log.Warn("config.warning", "warning", w)
@@ -466,12 +471,20 @@ func (a *app) Summary() []config.GatewaySummary { return a.live.Load().Summary()
 // in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
 // breakers. `probe` moves no money: it opens no database.
 func (a *app) openStores(ctx context.Context, role string) error {
-	mem := memstore.New()
+	var bounds []memstore.Option
+	if a.cfg.State.DatabaseURL == "" { // the money state is in memory: bound it (docs/limits.md)
+		bounds = append(bounds, memstore.WithBounds(a.cfg.State.Retention, a.cfg.State.MaxCharges))
+	}
+	mem := memstore.New(bounds...)
 	a.closers = append(a.closers, func() { mem.Close() })
 	a.store, a.forced = mem, mem
+	if len(bounds) > 0 {
+		a.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
+	}
 	if url := a.cfg.State.DatabaseURL; url != "" && role == "serve" {
 		pg, err := pgstore.Open(ctx, url, pgstore.Options{
 			Timeout: a.cfg.State.DatabaseTimeout, Log: a.log, NoMigrate: !a.cfg.State.DatabaseMigrate,
+			Retention: pgstore.Retention{Charges: a.cfg.State.Retention},
 		})
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
@@ -631,7 +644,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	deps := httpapi.Deps{
 		Credentials: a.creds, Router: a.router, Store: a.store, Forced: a.forced,
 		Domains: a.domains, Fleet: a.fleet, Metrics: a.metrics, Gateways: cfg.Summary(), Reloader: a,
-		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
+		IdempotencyTTL: cfg.Idempotency.TTL, Limits: a.limits, Log: log,
 	}
 	if a.shared != nil {
 		deps.Coordination = a.shared

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const otherKey = "e2e-other-api-key"
+
+// TestLimitsUnderAFlood is the issue's "one key can take everything", against real processes
+// with two API keys: one key flooding a slow gateway holds only its share of its bulkhead while
+// the other key's charges get slots and succeed; the same key flooding faster than its rate is
+// answered 429 with Retry-After while the other key, at a normal pace, is never refused; and an
+// address guessing keys is answered 429 after limits.auth_failures_per_minute failures, right
+// key or not.
+func TestLimitsUnderAFlood(t *testing.T) {
+	skipIfShort(t)
+	gw := gatewayConfig{Timeout: 2 * time.Second, MaxConcurrent: 4, ConsecutiveFailures: 5, Cooldown: 30 * time.Second}
+	s := startSims(t)
+	pr := startPayrouterEdited(t, s, routerConfig{
+		RequestTimeout: 5 * time.Second,
+		Gateways:       map[string]gatewayConfig{"paywell": gw},
+		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
+	}, func(yaml string) string {
+		yaml = strings.Replace(yaml, fmt.Sprintf("api_keys: [%q]", apiKey), fmt.Sprintf("api_keys: [%q, %q]", apiKey, otherKey), 1)
+		return strings.Replace(yaml, "limits:\n  requests_per_second: 0\n",
+			"limits:\n  requests_per_second: 20\n  burst: 20\n  key_share: 0.5\n  auth_failures_per_minute: 10\n", 1)
+	})
+	charge := func(key, idem string) reply {
+		r, err := send(pr.client, "POST", pr.url+"/charge", chargeBody(1999, "USD", "tok_visa", ""),
+			"Authorization", "Bearer "+key, "Content-Type", "application/json", "Idempotency-Key", idem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	t.Run("key share", func(t *testing.T) {
+		s.paywell.behave(t, "normal", 800*time.Millisecond)
+		defer s.paywell.behave(t, "normal", 0)
+		var wg sync.WaitGroup
+		flood := make([]reply, 8)
+		for i := range flood {
+			wg.Go(func() { flood[i] = charge(apiKey, fmt.Sprintf("share-flood-%d", i)) })
+		}
+		time.Sleep(200 * time.Millisecond) // the flood holds its slots; the gateway answers after 800ms
+		var shop [2]reply
+		var wg2 sync.WaitGroup
+		for i := range shop {
+			wg2.Go(func() { shop[i] = charge(otherKey, fmt.Sprintf("share-shop-%d", i)) })
+		}
+		wg2.Wait()
+		wg.Wait()
+		for i, r := range shop {
+			if r.status != 201 {
+				t.Errorf("the other key's charge %d while the flood holds paywell: want 201, got %s", i+1, r)
+			}
+		}
+		ok, full := 0, 0
+		for _, r := range flood {
+			switch {
+			case r.status == 201:
+				ok++
+			case r.status == 503 && strings.Contains(string(r.body), `"bulkhead_full"`):
+				full++
+			default:
+				t.Errorf("a flood charge: %s", r)
+			}
+		}
+		if ok != 2 || full != 6 {
+			t.Errorf("the flood of 8 at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 2 and 6", ok, full)
+		}
+		if st := s.paywell.stats(t); st.MaxInFlight > 4 {
+			t.Errorf("paywell saw %d calls at once, over its bulkhead of 4", st.MaxInFlight)
+		}
+	})
+
+	t.Run("key rate", func(t *testing.T) {
+		time.Sleep(time.Second) // both buckets full again
+		var limited, passed atomic.Int64
+		var retryAfter atomic.Value
+		stop := time.Now().Add(2 * time.Second)
+		var wg sync.WaitGroup
+		for w := range 2 { // no more at once than the key's share of paywell's bulkhead
+			wg.Go(func() {
+				for i := 0; time.Now().Before(stop); i++ {
+					r := charge(apiKey, fmt.Sprintf("rate-flood-%d-%d", w, i))
+					switch r.status {
+					case 429:
+						limited.Add(1)
+						retryAfter.Store(r.header.Get("Retry-After"))
+					case 201:
+						passed.Add(1)
+					default:
+						t.Errorf("a flood charge: %s", r)
+						return
+					}
+				}
+			})
+		}
+		var shopFailed []string
+		for i := range 10 { // 5 a second, a quarter of the rate
+			if r := charge(otherKey, fmt.Sprintf("rate-shop-%d", i)); r.status != 201 {
+				shopFailed = append(shopFailed, r.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		wg.Wait()
+		if len(shopFailed) > 0 {
+			t.Errorf("the other key at 5 charges a second during the flood: %d refused: %v", len(shopFailed), shopFailed)
+		}
+		// 2 s at 20/s plus a burst of 20: at most about 60 of the flood get through.
+		if limited.Load() == 0 || passed.Load() > 65 {
+			t.Errorf("the flood: %d passed, %d answered 429; want some 429 and at most about 60 passed", passed.Load(), limited.Load())
+		}
+		if ra, _ := retryAfter.Load().(string); ra != "1" {
+			t.Errorf("Retry-After of a 429 at 20/s: %q, want 1", ra)
+		}
+		sc, err := pr.metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := sc.value("payrouter_rate_limited_total", "reason", "key_rate"); int64(v) != limited.Load() {
+			t.Errorf("payrouter_rate_limited_total{reason=key_rate} = %v, want the %d 429s", v, limited.Load())
+		}
+		if v, _ := sc.value("payrouter_rate_limited_total", "reason", "key_concurrency"); v != 6 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %v, want the 6 refused in the share test", v)
+		}
+	})
+
+	t.Run("auth failures", func(t *testing.T) {
+		for i := range 10 {
+			r, err := send(pr.client, "GET", pr.url+"/charge/ch_x", nil, "Authorization", fmt.Sprintf("Bearer guess-%d", i))
+			if err != nil || r.status != 401 {
+				t.Fatalf("wrong key %d: want 401, got %v %v", i+1, r, err)
+			}
+		}
+		for _, tc := range []struct{ name, url, token string }{
+			{"storefront, right key", pr.url + "/charge/ch_x", apiKey},
+			{"admin, right token", pr.adminURL + "/admin/breakers", adminToken},
+		} {
+			r, err := send(pr.client, "GET", tc.url, nil, "Authorization", "Bearer "+tc.token)
+			if err != nil || r.status != 429 || !strings.Contains(string(r.body), "/problems/rate-limited") || r.header.Get("Retry-After") != "6" {
+				t.Errorf("%s after 10 failures: want 429 rate-limited with Retry-After 6, got %v %v", tc.name, r, err)
+			}
+		}
+	})
+}

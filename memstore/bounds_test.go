@@ -1,0 +1,207 @@
+package memstore_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/memstore"
+)
+
+func charge(id string, st payrouter.ChargeStatus) *payrouter.Charge {
+	return &payrouter.Charge{ID: id, Status: st, Amount: 100, Currency: "USD", Gateway: "paywell"}
+}
+
+func save(t *testing.T, s *memstore.Store, c *payrouter.Charge) {
+	t.Helper()
+	if err := s.SaveCharge(t.Context(), c); err != nil {
+		t.Fatalf("SaveCharge(%s): %v", c.ID, err)
+	}
+}
+
+func present(t *testing.T, s *memstore.Store, id string) bool {
+	t.Helper()
+	_, err := s.Charge(t.Context(), id)
+	if err != nil && !errors.Is(err, payrouter.ErrNotFound) {
+		t.Fatalf("Charge(%s): %v", id, err)
+	}
+	return err == nil
+}
+
+// Beyond max_charges the settled charges written longest ago go first.
+func TestBoundsOldestSettledFirst(t *testing.T) {
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(0, 3))
+	for i := range 5 {
+		save(t, s, charge(fmt.Sprintf("ch_%d", i), payrouter.StatusDeclined))
+		clock.Advance(time.Second)
+	}
+	// Writing ch_2 again makes it the newest: ch_3 is now the oldest.
+	save(t, s, charge("ch_2", payrouter.StatusDeclined))
+	save(t, s, charge("ch_5", payrouter.StatusSucceeded))
+	for id, want := range map[string]bool{"ch_0": false, "ch_1": false, "ch_3": false, "ch_2": true, "ch_4": true, "ch_5": true} {
+		if got := present(t, s, id); got != want {
+			t.Errorf("%s present = %v, want %v", id, got, want)
+		}
+	}
+	if s.ChargesLen() != 3 || s.Evicted() != 3 {
+		t.Errorf("holds %d charges, evicted %d; want 3 and 3", s.ChargesLen(), s.Evicted())
+	}
+}
+
+// Charges still moving money are never dropped: with only those held, a new charge is refused
+// as state-unavailable (503, sent again later), and accepted once one of them settles.
+func TestBoundsNeverDropUnsettled(t *testing.T) {
+	s := newStore(t, memstore.WithBounds(0, 2))
+	save(t, s, charge("ch_proc", payrouter.StatusProcessing))
+	save(t, s, charge("ch_auth", payrouter.StatusRequiresCapture))
+	err := s.SaveCharge(t.Context(), charge("ch_new", payrouter.StatusProcessing))
+	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, payrouter.ErrStateUnavailable) {
+		t.Fatalf("a new charge into a store full of unsettled ones: %v, want ErrFull and ErrStateUnavailable", err)
+	}
+	// An update of a charge held is never refused.
+	save(t, s, charge("ch_proc", payrouter.StatusProcessing))
+	if !present(t, s, "ch_proc") || !present(t, s, "ch_auth") || present(t, s, "ch_new") {
+		t.Fatal("the store dropped an unsettled charge, or kept a refused one")
+	}
+	save(t, s, charge("ch_proc", payrouter.StatusDeclined))
+	save(t, s, charge("ch_new", payrouter.StatusProcessing))
+	if present(t, s, "ch_proc") || !present(t, s, "ch_auth") || !present(t, s, "ch_new") {
+		t.Error("after ch_proc settled, the new charge should have taken its place")
+	}
+}
+
+// A charge with a refund queued or pending, or a task queued for it, stays; once that is done
+// it goes like any settled charge, with its refunds.
+func TestBoundsPins(t *testing.T) {
+	s := newStore(t, memstore.WithBounds(0, 2))
+	ctx := t.Context()
+	save(t, s, charge("ch_refunding", payrouter.StatusSucceeded))
+	rf := &payrouter.Refund{ID: "re_1", ChargeID: "ch_refunding", Amount: 100, Status: payrouter.RefundQueued}
+	if err := s.SaveRefund(ctx, rf); err != nil {
+		t.Fatal(err)
+	}
+	save(t, s, charge("ch_voiding", payrouter.StatusFailed))
+	taskID, err := s.Enqueue(ctx, payrouter.Task{Kind: payrouter.TaskVoid, Gateway: "paywell", ChargeID: "ch_voiding", Reference: "ref"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCharge(ctx, charge("ch_3", payrouter.StatusDeclined)); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("a third charge beside two pinned ones: %v, want ErrFull", err)
+	}
+	if !present(t, s, "ch_refunding") || !present(t, s, "ch_voiding") {
+		t.Fatal("a pinned charge was dropped")
+	}
+
+	rf.Status = payrouter.RefundPending // still pinned
+	if err := s.SaveRefund(ctx, rf); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCharge(ctx, charge("ch_3", payrouter.StatusDeclined)); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("with the refund pending: %v, want ErrFull", err)
+	}
+	rf.Status = payrouter.RefundSucceeded
+	if err := s.SaveRefund(ctx, rf); err != nil {
+		t.Fatal(err)
+	}
+	save(t, s, charge("ch_3", payrouter.StatusDeclined))
+	if present(t, s, "ch_refunding") {
+		t.Error("the charge whose refund succeeded was kept")
+	}
+	if _, err := s.Refund(ctx, "re_1"); !errors.Is(err, payrouter.ErrNotFound) {
+		t.Errorf("the dropped charge's refund: %v, want not found (dropped with it)", err)
+	}
+	if !present(t, s, "ch_voiding") {
+		t.Fatal("the charge with a task queued was dropped")
+	}
+	if err := s.Ack(ctx, taskID); err != nil {
+		t.Fatal(err)
+	}
+	// Unpinned, it goes back in the order as if written now: after ch_3.
+	save(t, s, charge("ch_4", payrouter.StatusDeclined))
+	if present(t, s, "ch_3") || !present(t, s, "ch_voiding") {
+		t.Error("want ch_3 dropped first: the unpinned charge counts as written when its task was acknowledged")
+	}
+	save(t, s, charge("ch_5", payrouter.StatusDeclined))
+	if present(t, s, "ch_voiding") {
+		t.Error("the charge whose task was acknowledged was kept")
+	}
+}
+
+// Settled charges go after state.retention without any count bound; a charge written again is
+// measured from that write, and a write never drops the charge it writes.
+func TestBoundsRetention(t *testing.T) {
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, 0))
+	save(t, s, charge("ch_old", payrouter.StatusSucceeded))
+	save(t, s, charge("ch_touched", payrouter.StatusSucceeded))
+	save(t, s, charge("ch_proc", payrouter.StatusProcessing))
+	clock.Advance(50 * time.Minute)
+	save(t, s, charge("ch_touched", payrouter.StatusRefunded))
+	clock.Advance(20 * time.Minute)
+	save(t, s, charge("ch_new", payrouter.StatusDeclined))
+	for id, want := range map[string]bool{"ch_old": false, "ch_touched": true, "ch_proc": true, "ch_new": true} {
+		if got := present(t, s, id); got != want {
+			t.Errorf("%s present = %v, want %v", id, got, want)
+		}
+	}
+	clock.Advance(2 * time.Hour)
+	save(t, s, charge("ch_touched", payrouter.StatusRefunded)) // its own write keeps it
+	if !present(t, s, "ch_touched") || present(t, s, "ch_new") {
+		t.Error("a write dropped the charge it wrote, or kept one past retention")
+	}
+}
+
+// Idempotency keys are bounded at KeysPerCharge × max_charges: a new key is refused while that
+// many are within their TTL, never forgotten early, and taken once some expired.
+func TestBoundsIdempotencyKeys(t *testing.T) {
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(0, 1))
+	for i := range memstore.KeysPerCharge {
+		claimComplete(t, s, fmt.Sprintf("k%d", i), time.Second, time.Minute)
+	}
+	_, _, err := s.Claim(t.Context(), "one-more", "fp", time.Second)
+	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, payrouter.ErrStateUnavailable) {
+		t.Fatalf("claim beyond the bound: %v, want ErrFull and ErrStateUnavailable", err)
+	}
+	// Keys already held answer as before.
+	if rec, _, err := s.Claim(t.Context(), "k0", "fp", time.Second); err != nil || rec == nil {
+		t.Fatalf("replay of a key held: %v %v", rec, err)
+	}
+	clock.Advance(time.Minute)
+	if _, h, err := s.Claim(t.Context(), "one-more", "fp", time.Second); err != nil || !h.Held() {
+		t.Fatalf("claim once the others expired: %v", err)
+	}
+	if n := s.IdempotencyLen(); n != 1 {
+		t.Errorf("holds %d keys, want 1 (the expired ones swept)", n)
+	}
+}
+
+// Making room costs amortised O(1): a store full of pinned charges does not rescan them on
+// every write.
+func TestBoundsManyPinnedCharges(t *testing.T) {
+	const n = 20_000
+	s := newStore(t, memstore.WithBounds(0, n+1))
+	ctx := t.Context()
+	for i := range n {
+		id := fmt.Sprintf("ch_%d", i)
+		save(t, s, charge(id, payrouter.StatusSucceeded))
+		if err := s.SaveRefund(ctx, &payrouter.Refund{ID: "re_" + id, ChargeID: id, Status: payrouter.RefundQueued}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	save(t, s, charge("ch_free", payrouter.StatusDeclined))
+	for i := range n {
+		// Each new charge must drop ch_free's successor; the pinned ones are parked once.
+		save(t, s, charge(fmt.Sprintf("ch_next_%d", i), payrouter.StatusDeclined))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("%d writes beside %d pinned charges took %v: making room rescans them", n, n, d)
+	}
+	if s.ChargesLen() != n+1 {
+		t.Errorf("holds %d, want %d", s.ChargesLen(), n+1)
+	}
+}
