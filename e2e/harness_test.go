@@ -453,9 +453,10 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 			r.Name, strings.Join(r.Currencies, ", "), strings.Join(r.Gateways, ", "))
 	}
 	b.WriteString("fallbacks:\n  charge: fail\n")
-	// The load these tests send from one key is far above a shop's; the limits have tests of
-	// their own (docs/limits.md).
-	b.WriteString("limits:\n  requests_per_second: 0\n")
+	// The load these tests send from one key is far above a shop's, and their bulkhead
+	// arithmetic counts one key's calls against the whole bulkhead; the limits have tests of
+	// their own (docs/limits.md, limits_test.go).
+	b.WriteString("limits:\n  requests_per_second: 0\n  key_share: 1\n")
 	return b.String()
 }
 

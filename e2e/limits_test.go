@@ -9,8 +9,6 @@ import (
 	"time"
 )
 
-const otherKey = "e2e-other-api-key"
-
 // TestLimitsUnderAFlood is the "one key can take everything", against real processes
 // with two API keys: one key flooding a slow gateway holds only its share of its bulkhead while
 // the other key's charges get slots and succeed; the same key flooding faster than its rate is
@@ -26,8 +24,7 @@ func TestLimitsUnderAFlood(t *testing.T) {
 		Gateways:       map[string]gatewayConfig{"paywell": gw},
 		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
 	}, func(yaml string) string {
-		yaml = strings.Replace(yaml, fmt.Sprintf("api_keys: [%q]", apiKey), fmt.Sprintf("api_keys: [%q, %q]", apiKey, otherKey), 1)
-		return strings.Replace(yaml, "limits:\n  requests_per_second: 0\n",
+		return strings.Replace(yaml, "limits:\n  requests_per_second: 0\n  key_share: 1\n",
 			"limits:\n  requests_per_second: 20\n  burst: 20\n  key_share: 0.5\n  auth_failures_per_minute: 10\n", 1)
 	})
 	charge := func(key, idem string) reply {
@@ -51,7 +48,7 @@ func TestLimitsUnderAFlood(t *testing.T) {
 		var shop [2]reply
 		var wg2 sync.WaitGroup
 		for i := range shop {
-			wg2.Go(func() { shop[i] = charge(otherKey, fmt.Sprintf("share-shop-%d", i)) })
+			wg2.Go(func() { shop[i] = charge(otherAPIKey, fmt.Sprintf("share-shop-%d", i)) })
 		}
 		wg2.Wait()
 		wg.Wait()
@@ -104,7 +101,7 @@ func TestLimitsUnderAFlood(t *testing.T) {
 		}
 		var shopFailed []string
 		for i := range 10 { // 5 a second, a quarter of the rate
-			if r := charge(otherKey, fmt.Sprintf("rate-shop-%d", i)); r.status != 201 {
+			if r := charge(otherAPIKey, fmt.Sprintf("rate-shop-%d", i)); r.status != 201 {
 				shopFailed = append(shopFailed, r.String())
 			}
 			time.Sleep(200 * time.Millisecond)
