@@ -78,4 +78,8 @@ var (
 	// be reached or did not answer in time (as opposed to an answer about the data). Money
 	// requests then answer 503 state-unavailable and call no gateway.
 	ErrStateUnavailable = errors.New("money state store unavailable")
+	// ErrStateFull is wrapped, beside ErrStateUnavailable, by a store that holds its maximum and
+	// may drop nothing to make room (memstore with state.max_charges): the answer is the same
+	// 503, saying why.
+	ErrStateFull = errors.New("money state store full")
 )

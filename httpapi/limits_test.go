@@ -1,14 +1,20 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
+	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -185,5 +191,26 @@ func TestKeyShareLeavesSlotsForOtherKeys(t *testing.T) {
 	}
 	if got := limitedCount(t, m, telemetry.LimitKeyConcurrency); got != 4 {
 		t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %d, want 4", got)
+	}
+}
+
+// A memstore full of charges still moving money answers what a database outage does (503
+// state-unavailable, Retry-After), saying why: the operator's fix is state.max_charges, not the
+// database.
+func TestFullMemstoreSaysWhy(t *testing.T) {
+	store := memstore.New(memstore.WithBounds(time.Hour, 1))
+	ctx := context.Background()
+	if err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_open", Status: payrouter.StatusProcessing, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_next", Status: payrouter.StatusProcessing, CreatedAt: time.Now()})
+	rec := httptest.NewRecorder()
+	c := echo.New().NewContext(httptest.NewRequest("POST", "/charge", nil), rec)
+	p := errorProblem(c, err)
+	if p.Status != 503 || p.Type != "/problems/state-unavailable" || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("a full store: %d %s, Retry-After %q", p.Status, p.Type, rec.Header().Get("Retry-After"))
+	}
+	if !strings.Contains(p.Detail, "state.max_charges") || strings.Contains(p.Detail, "database") {
+		t.Errorf("the detail does not say the store is full: %q", p.Detail)
 	}
 }

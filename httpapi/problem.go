@@ -125,6 +125,10 @@ func errorProblem(c echo.Context, err error) problem {
 		// Nothing was sent to a gateway: the same request may come again once the database
 		// answers, and its Idempotency-Key goes through exactly once then.
 		c.Response().Header().Set("Retry-After", strconv.Itoa(StateRetryAfterSeconds))
+		if errors.Is(err, payrouter.ErrStateFull) {
+			return newProblem(payrouter.EStateUnavailable,
+				"payrouter's in-memory store holds state.max_charges charges that are all still moving money (or as many unexpired Idempotency-Keys); nothing was sent to a gateway; send the same request again after Retry-After")
+		}
 		return newProblem(payrouter.EStateUnavailable,
 			"the database holding payment state does not answer; nothing was sent to a gateway; send the same request again after Retry-After")
 	}

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"container/list"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // idempotency key, when the store holds its maximum and nothing in it may be dropped: every
 // charge held is still moving money, or every key is within its TTL. Nothing is ever dropped to
 // make room but a final charge, and an answer promised for a key is kept for its whole TTL.
-var ErrFull = errors.New("memstore: full")
+var ErrFull = payrouter.ErrStateFull
 
 // KeysPerCharge is how many idempotency keys the store holds at most for each charge it may
 // hold (WithBounds): a charge has one key, and its capture, void and refunds one each; keys
