@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,26 +268,11 @@ func chaosYAML(t *testing.T, cfg routerConfig, listen, admin string, s *sims, pa
 // startChaosInstance is startPayrouter with chaosYAML.
 func startChaosInstance(t *testing.T, s *sims, cfg routerConfig, name, paywellVia string) *instance {
 	t.Helper()
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, 2)
-		path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", name, attempt))
-		if err := os.WriteFile(path, []byte(chaosYAML(t, cfg, loopback(ports[0]), loopback(ports[1]), s, paywellVia)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		in, err := servePayrouter(t, name, path, ports[0], ports[1])
-		if err == nil {
-			chaosClient(in)
-			return in
-		}
-		if attempt < startAttempts && in.proc.clashed() {
-			in.proc.expected.Store(true)
-			t.Logf("%s: a port was taken before it could bind (%v); retrying on others", name, err)
-			continue
-		}
-		cfgText, _ := os.ReadFile(path)
-		t.Fatalf("%s did not come up: %v\nconfiguration:\n%s", name, err, cfgText)
-	}
+	in := startConfigured(t, launch{name: name}, func(listen, admin string) string {
+		return chaosYAML(t, cfg, listen, admin, s, paywellVia)
+	})
+	chaosClient(in)
+	return in
 }
 
 // chaosClient gives the instance's API traffic a storefront's timeout.

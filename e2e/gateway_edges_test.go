@@ -32,25 +32,10 @@ func gatewayYAML(name, baseURL, extra string) string {
 // and starts `payrouter serve` on it, on free ports.
 func servePayrouterWith(t *testing.T, name, gatewaysYAML, routesYAML string) *instance {
 	t.Helper()
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, 2)
-		text := fmt.Sprintf("listen: %q\nadmin_listen: %q\nrequest_timeout: 5s\nauth:\n  api_keys: [%q]\n  admin_token: %q\ngateways:\n%sroutes:\n%sfallbacks:\n  charge: fail\n",
-			loopback(ports[0]), loopback(ports[1]), apiKey, adminToken, gatewaysYAML, routesYAML)
-		path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", name, attempt))
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		in, err := servePayrouter(t, name, path, ports[0], ports[1])
-		if err == nil {
-			return in
-		}
-		if attempt < startAttempts && in.proc.clashed() {
-			in.proc.expected.Store(true)
-			continue
-		}
-		t.Fatalf("%s did not come up: %v\nconfiguration:\n%s", name, err, text)
-	}
+	return startConfigured(t, launch{name: name}, func(listen, admin string) string {
+		return fmt.Sprintf("listen: %q\nadmin_listen: %q\nrequest_timeout: 5s\nauth:\n  api_keys: [%q]\n  admin_token: %q\ngateways:\n%sroutes:\n%sfallbacks:\n  charge: fail\n",
+			listen, admin, apiKey, adminToken, gatewaysYAML, routesYAML)
+	})
 }
 
 // seen is what a listener in the test received.

@@ -9,6 +9,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -306,6 +307,11 @@ func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 func waitReady(p *process, urls ...string) error {
 	client := &http.Client{Timeout: time.Second, Transport: newTransport(1)}
 	defer client.CloseIdleConnections()
+	return waitReadyWith(p, client, urls...)
+}
+
+// waitReadyWith is waitReady through client.
+func waitReadyWith(p *process, client *http.Client, urls ...string) error {
 	deadline := time.Now().Add(startDeadline)
 	for _, u := range urls {
 		for {
@@ -478,24 +484,55 @@ type instance struct {
 // /healthz on both listeners.
 func startPayrouter(t *testing.T, s *sims, cfg routerConfig) *instance {
 	t.Helper()
+	return startPayrouterEdited(t, s, cfg, nil)
+}
+
+// startPayrouterEdited is startPayrouter with the configuration file changed by edit before it
+// is written (for settings routerConfig does not have); nil changes nothing.
+func startPayrouterEdited(t *testing.T, s *sims, cfg routerConfig, edit func(string) string) *instance {
+	t.Helper()
+	return startConfigured(t, launch{}, func(listen, admin string) string {
+		text := cfg.yaml(listen, admin, s)
+		if edit != nil {
+			text = edit(text)
+		}
+		return text
+	})
+}
+
+// launch says how startConfigured starts a payrouter and reaches it.
+type launch struct {
+	name string // labels its output and file; "" is "payrouter"
+	// storefrontTLS and adminTLS are the tests' clients' TLS to each listener; nil: plain HTTP.
+	storefrontTLS, adminTLS *tls.Config
+}
+
+// startConfigured starts `payrouter serve` on the file text writes for two free ports, and waits
+// for /healthz on both listeners. When a port was taken before payrouter could bind it, it tries
+// again on others.
+func startConfigured(t *testing.T, l launch, text func(listen, admin string) string) *instance {
+	t.Helper()
+	if l.name == "" {
+		l.name = "payrouter"
+	}
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
 		ports := freePorts(t, 2)
-		path := filepath.Join(dir, fmt.Sprintf("payrouter-%d.yaml", attempt))
-		if err := os.WriteFile(path, []byte(cfg.yaml(loopback(ports[0]), loopback(ports[1]), s)), 0o600); err != nil {
+		path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", l.name, attempt))
+		if err := os.WriteFile(path, []byte(text(loopback(ports[0]), loopback(ports[1]))), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		in, err := servePayrouter(t, "payrouter", path, ports[0], ports[1])
+		in, err := serveLaunched(t, l, path, ports[0], ports[1])
 		if err == nil {
 			return in
 		}
 		if attempt < startAttempts && in.proc.clashed() {
 			in.proc.expected.Store(true)
-			t.Logf("payrouter: a port was taken before it could bind (%v); retrying on others", err)
+			t.Logf("%s: a port was taken before it could bind (%v); retrying on others", l.name, err)
 			continue
 		}
 		cfgText, _ := os.ReadFile(path)
-		t.Fatalf("payrouter did not come up: %v\nconfiguration:\n%s", err, cfgText)
+		t.Fatalf("%s did not come up: %v\nconfiguration:\n%s", l.name, err, cfgText)
 	}
 }
 
@@ -503,16 +540,37 @@ func startPayrouter(t *testing.T, s *sims, cfg routerConfig) *instance {
 // and waits for /healthz on both; name labels its output.
 func servePayrouter(t *testing.T, name, path string, listen, admin int) (*instance, error) {
 	t.Helper()
-	in := &instance{
-		url:         "http://" + loopback(listen),
-		adminURL:    "http://" + loopback(admin),
-		configPath:  path,
-		client:      &http.Client{Timeout: 30 * time.Second, Transport: newTransport(128)},
-		probeClient: &http.Client{Timeout: 10 * time.Second, Transport: newTransport(4)},
+	return serveLaunched(t, launch{name: name}, path, listen, admin)
+}
+
+// serveLaunched is servePayrouter reached as l says.
+func serveLaunched(t *testing.T, l launch, path string, listen, admin int) (*instance, error) {
+	t.Helper()
+	scheme := func(c *tls.Config) string {
+		if c != nil {
+			return "https://"
+		}
+		return "http://"
 	}
-	in.proc = startProcess(t, name, bin.payrouter, "serve", "-config", path)
-	if err := waitReady(in.proc, in.url+"/healthz", in.adminURL+"/healthz"); err != nil {
-		return in, err
+	in := &instance{
+		url:         scheme(l.storefrontTLS) + loopback(listen),
+		adminURL:    scheme(l.adminTLS) + loopback(admin),
+		configPath:  path,
+		client:      &http.Client{Timeout: 30 * time.Second, Transport: tlsTransport(l.storefrontTLS, 128)},
+		probeClient: &http.Client{Timeout: 10 * time.Second, Transport: tlsTransport(l.adminTLS, 4)},
+	}
+	in.proc = startProcess(t, l.name, bin.payrouter, "serve", "-config", path)
+	for _, w := range []struct {
+		url string
+		cfg *tls.Config
+	}{{in.url, l.storefrontTLS}, {in.adminURL, l.adminTLS}} {
+		// A client of its own with a short timeout: one health check never hangs the start.
+		client := &http.Client{Timeout: time.Second, Transport: tlsTransport(w.cfg, 1)}
+		err := waitReadyWith(in.proc, client, w.url+"/healthz")
+		client.CloseIdleConnections()
+		if err != nil {
+			return in, err
+		}
 	}
 	t.Cleanup(func() {
 		in.client.CloseIdleConnections()
@@ -602,6 +660,13 @@ func newTransport(idle int) *http.Transport {
 		MaxIdleConnsPerHost: idle,
 		IdleConnTimeout:     30 * time.Second,
 	}
+}
+
+// tlsTransport is newTransport with cfg for HTTPS (nil: plain).
+func tlsTransport(cfg *tls.Config, idle int) *http.Transport {
+	tr := newTransport(idle)
+	tr.TLSClientConfig = cfg
+	return tr
 }
 
 // --- waiting -----------------------------------------------------------------------------------

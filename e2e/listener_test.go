@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,76 +44,10 @@ func startListenerPayrouter(t *testing.T, setup listenerSetup) (*sims, *instance
 		Gateways:       map[string]gatewayConfig{"paywell": listenerGateway},
 		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
 	}
-	scheme := func(c *tls.Config) string {
-		if c != nil {
-			return "https://"
-		}
-		return "http://"
-	}
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, 2)
-		path := filepath.Join(dir, fmt.Sprintf("payrouter-%d.yaml", attempt))
-		text := cfg.yaml(loopback(ports[0]), loopback(ports[1]), s) + setup.extra
-		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		in := &instance{
-			url:         scheme(setup.storefront) + loopback(ports[0]),
-			adminURL:    scheme(setup.admin) + loopback(ports[1]),
-			configPath:  path,
-			client:      &http.Client{Timeout: 30 * time.Second, Transport: tlsTransport(setup.storefront, 128)},
-			probeClient: &http.Client{Timeout: 10 * time.Second, Transport: tlsTransport(setup.admin, 4)},
-		}
-		in.proc = startProcess(t, "payrouter", bin.payrouter, "serve", "-config", path)
-		err := waitReadyWith(in.proc, in.client, in.url+"/healthz")
-		if err == nil {
-			err = waitReadyWith(in.proc, in.probeClient, in.adminURL+"/healthz")
-		}
-		if err == nil {
-			t.Cleanup(func() {
-				in.client.CloseIdleConnections()
-				in.probeClient.CloseIdleConnections()
-			})
-			return s, in
-		}
-		if attempt < startAttempts && in.proc.clashed() {
-			in.proc.expected.Store(true)
-			continue
-		}
-		t.Fatalf("payrouter did not come up: %v\nconfiguration:\n%s", err, text)
-	}
-}
-
-// tlsTransport is newTransport with cfg for HTTPS (nil: plain).
-func tlsTransport(cfg *tls.Config, idle int) *http.Transport {
-	tr := newTransport(idle)
-	tr.TLSClientConfig = cfg
-	return tr
-}
-
-// waitReadyWith is waitReady through client.
-func waitReadyWith(p *process, client *http.Client, url string) error {
-	deadline := time.Now().Add(startDeadline)
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited during start-up (%v) before %s answered", p.name, p.waitErr, url)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s did not answer 200 within %v: %v", p.name, url, startDeadline, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	in := startConfigured(t, launch{storefrontTLS: setup.storefront, adminTLS: setup.admin}, func(listen, admin string) string {
+		return cfg.yaml(listen, admin, s) + setup.extra
+	})
+	return s, in
 }
 
 func tlsKeys(key string, p testpki.Pair, extra string) string {

@@ -213,27 +213,3 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	return 0
 }
-
-// startPayrouterEdited is startPayrouter with the configuration file changed by edit before it
-// is written (for settings routerConfig does not have).
-func startPayrouterEdited(t *testing.T, s *sims, cfg routerConfig, edit func(string) string) *instance {
-	t.Helper()
-	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(t, 2)
-		path := filepath.Join(dir, fmt.Sprintf("payrouter-%d.yaml", attempt))
-		if err := os.WriteFile(path, []byte(edit(cfg.yaml(loopback(ports[0]), loopback(ports[1]), s))), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		in, err := servePayrouter(t, "payrouter", path, ports[0], ports[1])
-		if err == nil {
-			return in
-		}
-		if attempt < startAttempts && in.proc.clashed() {
-			in.proc.expected.Store(true)
-			continue
-		}
-		cfgText, _ := os.ReadFile(path)
-		t.Fatalf("payrouter did not come up: %v\nconfiguration:\n%s", err, cfgText)
-	}
-}

@@ -2,26 +2,9 @@ package httpapi
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"strings"
 	"testing"
 )
-
-// auditLines returns the audit lines logged so far, each as its fields.
-func (st *stack) auditLines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(st.log.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("a log line is not JSON: %q", line)
-		}
-		if m["msg"] == "audit" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // Every money-moving and admin action writes one audit line naming who did what to which
 // charge from where, and how it ended; a replay says it is one; nothing else is audited.
@@ -54,7 +37,7 @@ func TestAuditLines(t *testing.T) {
 		{"action": "breaker.force-open", "actor": "admin:admin", "breaker": "paywell/charge", "status": 200.0, "result": "ok"},
 		{"action": "breaker.reset", "actor": "admin:admin", "breaker": "paywell/charge", "status": 200.0, "result": "ok"},
 	}
-	got := st.auditLines(t)
+	got := st.log.named(t, "audit")
 	if len(got) != len(want) {
 		t.Fatalf("%d audit lines, want %d (a refused token is not an action):\n%s", len(got), len(want), st.log.String())
 	}

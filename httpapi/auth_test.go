@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -220,45 +219,12 @@ func TestAdminTokens(t *testing.T) {
 	}
 }
 
-// logLines is a JSON slog handler's output, read line by line.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// named returns the lines whose msg is msg, decoded.
-func (l *logLines) named(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
-		var m map[string]any
-		if line == "" {
-			continue
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // TestAuthFailedCountsAndLogs: every failed authentication, of either listener, is counted by
 // listener and reason and logged once with the client address, listener, route, reason and
 // request id, never the token.
 func TestAuthFailedCountsAndLogs(t *testing.T) {
 	creds := NewAuthCredentials(config.Auth{APIKeys: []config.APIKey{{Key: "key-good"}}, AdminToken: "admin-good"})
-	var logs logLines
+	var logs syncBuffer
 	w := whoAmI(t, creds, slog.New(slog.NewJSONHandler(&logs, nil)))
 	sends := []struct {
 		h                       http.Handler
@@ -287,7 +253,7 @@ func TestAuthFailedCountsAndLogs(t *testing.T) {
 
 	lines := logs.named(t, "auth.failed")
 	if len(lines) != len(sends) {
-		t.Fatalf("%d auth.failed lines, want %d:\n%s", len(lines), len(sends), logs.buf.String())
+		t.Fatalf("%d auth.failed lines, want %d:\n%s", len(lines), len(sends), logs.String())
 	}
 	for i, s := range sends {
 		l := lines[i]
@@ -303,8 +269,8 @@ func TestAuthFailedCountsAndLogs(t *testing.T) {
 		}
 	}
 	for _, secret := range []string{"Secret1", "Secret2", "Secret3", "admin-good", "key-good"} {
-		if strings.Contains(logs.buf.String(), secret) {
-			t.Errorf("the log shows %q:\n%s", secret, logs.buf.String())
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log shows %q:\n%s", secret, logs.String())
 		}
 	}
 	metrics := do(w.admin, "GET", "/metrics", "").body
@@ -336,7 +302,7 @@ func grepLines(text, substr string) string {
 func TestAuthFailedFloodIsSampled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		creds := NewCredentials([]string{"key-good"}, "")
-		var logs logLines
+		var logs syncBuffer
 		w := whoAmI(t, creds, slog.New(slog.NewJSONHandler(&logs, nil)))
 		const flood = 1000
 		for range flood {
