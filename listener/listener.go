@@ -7,6 +7,7 @@
 // Use: Listen, then Attach to the http.Server that serves it, then Serve:
 //
 //	l, err := listener.Listen("tcp", addr, listener.Options{TLS: cfg, MaxConnections: 4096})
+//	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 75 * time.Second}
 //	l.Attach(srv)
 //	srv.Serve(l)
 //
