@@ -62,27 +62,21 @@ var mapPlaceholders = map[string]string{
 	"gateways.<name>.operations": "<operation>",
 }
 
-// schemaKeys walks the schema's yaml tags from t and returns every key path the file accepts,
+// schemaKeys walks the schema from typ and returns every key path the file accepts,
 // true for the leaves (a value), false for the sections holding other keys. A mapping of
 // sections takes its placeholder (gateways.<name>.timeout), a list of sections "[]"
 // (routes[].name); mappings and lists of values are leaves (credentials, routes[].gateways).
+// The keys of a section are the decoder's own (fieldsOf), so the walk sees exactly what a file
+// may say.
 func schemaKeys(t *testing.T, typ reflect.Type, prefix string, out map[string]bool) {
 	t.Helper()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if !f.IsExported() || tag == "-" {
-			continue
-		}
-		if tag == "" {
-			t.Errorf("%s.%s has no yaml tag: the file could not name it", typ, f.Name)
-			continue
-		}
-		path := tag
+	fields, _ := fieldsOf(typ)
+	for key, i := range fields {
+		path := key
 		if prefix != "" {
-			path = prefix + "." + tag
+			path = prefix + "." + key
 		}
-		schemaValue(t, f.Type, path, out)
+		schemaValue(t, typ.Field(i).Type, path, out)
 	}
 }
 
@@ -220,13 +214,13 @@ func lookup(v reflect.Value, path string) (reflect.Value, bool) {
 	return v, true
 }
 
-func fieldByTag(typ reflect.Type, tag string) (reflect.StructField, bool) {
-	for i := range typ.NumField() {
-		if t, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ","); t == tag {
-			return typ.Field(i), true
-		}
+func fieldByTag(typ reflect.Type, key string) (reflect.StructField, bool) {
+	fields, _ := fieldsOf(typ)
+	i, ok := fields[key]
+	if !ok {
+		return reflect.StructField{}, false
 	}
-	return reflect.StructField{}, false
+	return typ.Field(i), true
 }
 
 // render writes a value as the reference does: durations as a person would ("9480h", "75s").
@@ -260,12 +254,9 @@ func TestConfigurationDocReload(t *testing.T) {
 	}
 	doc := readConfigDoc(t)
 	typ := reflect.TypeFor[Config]()
-	for i := range typ.NumField() {
+	fields, _ := fieldsOf(typ)
+	for key, i := range fields {
 		f := typ.Field(i)
-		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if key == "-" || key == "" {
-			continue
-		}
 		next := *base
 		perturb(reflect.ValueOf(&next).Elem().Field(i))
 		ch := Diff(base, &next)
