@@ -26,13 +26,9 @@ run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gat
 test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
 	$(GO) vet ./...
 	bash scripts/check-alerts.sh
-	$(GO) test -race -count=1 -timeout 20m ./...
+	PAYROUTER_CONTRACT_SUITE=$(abspath $(CONTRACT_SUITE)) $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
-	@if [[ -f ../shared/contract/run.sh ]]; then \
-		bash ../shared/contract/run.sh core && CONTRACT_DATABASE=yes bash ../shared/contract/run.sh all; \
-	else \
-		echo "contract suite not found at ../shared/contract: skipped"; \
-	fi
+	$(MAKE) contract
 
 # Every func FuzzX in a _test.go file, run alone (go test takes one -fuzz target at a time) for
 # FUZZTIME. A failing input is written to the package's testdata/fuzz/FuzzX/ by go test: commit
@@ -53,10 +49,20 @@ fuzz-short: ## run every fuzz target for FUZZTIME each (default 10s); failing in
 alerts: ## promtool check rules and the alert rules' unit tests (configs/prometheus)
 	bash scripts/check-alerts.sh
 
+# The black-box contract suite is not part of this repository: it lives beside the checkout, in
+# ../shared/contract (CONTRACT_SUITE=DIR points elsewhere). Where it is absent, `make contract`
+# (and so `make test`) says where it looked and skips it. The reference it checks is in docs/.
+CONTRACT_SUITE ?= ../shared/contract
+
 .PHONY: contract
-contract: ## only the black-box contract suite: core in memory, then core and fleet on PostgreSQL and Redis
-	bash ../shared/contract/run.sh core
-	CONTRACT_DATABASE=yes bash ../shared/contract/run.sh all
+contract: ## only the black-box contract suite (beside the checkout, CONTRACT_SUITE): core in memory, then core and fleet on PostgreSQL and Redis
+	@if [[ ! -f $(CONTRACT_SUITE)/run.sh ]]; then \
+		echo "make contract: skipped. The black-box contract suite is not part of this repository; it is expected beside the checkout, at $(abspath $(CONTRACT_SUITE))/run.sh, and is not there. Set CONTRACT_SUITE=DIR to run one kept elsewhere."; \
+		exit 0; \
+	fi; \
+	set -e; \
+	bash $(CONTRACT_SUITE)/run.sh core; \
+	CONTRACT_DATABASE=yes bash $(CONTRACT_SUITE)/run.sh all
 
 .PHONY: chaos
 chaos: ## the chaos money check, long: 5000 charges and refunds through two instances on PostgreSQL and Redis while gateways, a proxy, the instances, Redis and PostgreSQL fail on a seeded schedule (CHAOS_SEED repeats one); every ledger must balance

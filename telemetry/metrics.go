@@ -1,5 +1,5 @@
-// Package telemetry is payrouter's view from outside: the Prometheus collectors of CONTRACT.md on
-// a registry of our own, and the slog set-up.
+// Package telemetry is payrouter's view from outside: the Prometheus collectors of
+// docs/metrics.md on a registry of our own, and the slog set-up.
 package telemetry
 
 import (
@@ -177,7 +177,7 @@ func observe(ctx context.Context, h prometheus.Observer, v float64) {
 	h.Observe(v)
 }
 
-// stateValue is the gauge value of CONTRACT.md: 0 closed, 1 open, 2 half_open.
+// stateValue is the gauge value docs/metrics.md gives: 0 closed, 1 open, 2 half_open.
 func stateValue(s resilience.State) float64 {
 	switch s {
 	case resilience.StateOpen:

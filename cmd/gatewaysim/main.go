@@ -1,6 +1,6 @@
 // Command gatewaysim runs the three simulated gateways (paywell, ding, tranglo) as real HTTP
-// servers, each on its own address, each with its control API under /_sim/ (CONTRACT.md, Gateway
-// simulator control API):
+// servers, each on its own address, each with its control API under /_sim/ (docs/simulator.md;
+// its flags: docs/cli.md):
 //
 //	gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103
 //

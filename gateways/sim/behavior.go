@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Mode is how a simulated gateway answers calls to its API (CONTRACT.md, Gateway simulator
-// control API).
+// Mode is how a simulated gateway answers calls to its API (docs/simulator.md, the
+// modes).
 type Mode string
 
 // The modes of a simulated gateway.

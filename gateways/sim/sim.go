@@ -1,8 +1,8 @@
 // Package sim is what the three simulated gateways share: the behavior modes that make them slow
 // or broken on demand, the request counters, the ledger of transactions, and the control API
-// (CONTRACT.md, Gateway simulator control API). Each fake (paywellsim, dingsim, tranglosim) only
-// writes its own wire format: its API handlers are registered with Server.Handle, which applies the
-// mode, the counters and the latency around them.
+// (docs/simulator.md, Control API). Each fake (paywellsim, dingsim, tranglosim) only writes its
+// own wire format: its API handlers are registered with Server.Handle, which applies the mode,
+// the counters and the latency around them.
 //
 // Besides the contract's modes, three behaviors serve chaos tests: process_then_hang, a gateway
 // that moves the money and then never answers (the ledger has the charge, the caller only a
