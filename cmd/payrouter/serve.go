@@ -277,7 +277,9 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	if a.shared != nil {
 		leases = a.shared
 	}
-	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
+	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{
+		Leases: leases, Holder: a.origin, Log: log, Failed: a.metrics.CoordinationFailed,
+	})
 
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
@@ -517,6 +519,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 	a.forced = a.shared
 	a.fleet = resilience.NewFleet(a.domains, a.shared, resilience.FleetOptions{
 		Origin: a.origin, Timeout: a.cfg.State.RedisTimeout, Up: a.shared.Up, Log: a.log,
+		Failed: a.metrics.CoordinationFailed,
 	})
 	// An instance started while a breaker is open comes back open; with Redis away it starts on
 	// local breakers, and /readyz says so.
