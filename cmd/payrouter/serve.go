@@ -23,7 +23,6 @@ import (
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
-	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
 	"github.com/payrouter/payrouter/memstore"
@@ -62,8 +61,11 @@ func loadConfigFile(cmd, path string, getenv func(string) string) (*config.Confi
 
 // check is `payrouter check`: validate, then print the capacity arithmetic and warnings.
 func check(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, _, err := loadConfig("check", args, getenv, stderr)
+	cfg, path, err := loadConfig("check", args, getenv, stderr)
 	if err != nil {
+		return err
+	}
+	if err := validateStart(context.Background(), path, cfg, getenv); err != nil {
 		return err
 	}
 	_, err = cfg.Check().WriteTo(stdout)
@@ -101,6 +103,9 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	}
 	cfg, err := loadConfigFile("probe", *path, getenv)
 	if err != nil {
+		return err
+	}
+	if err := validateStart(ctx, *path, cfg, getenv); err != nil {
 		return err
 	}
 	if cfg.State.RedisURL == "" {
@@ -374,7 +379,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	var settings []resilience.GatewaySettings
 	if err == nil {
 		next = config.Reloadable(running, next)
-		err = a.dryRunAdapters(next)
+		err = dryRunAdapters(next)
 	}
 	if err == nil {
 		settings, err = gatewaySettings(next) // the TLS files, read again
@@ -441,25 +446,6 @@ func (a *app) reload(how string) (config.Changes, error) {
 		a.log.Warn("config.warning", "warning", w)
 	}
 	return changes, nil
-}
-
-// dryRunAdapters refuses a configuration whose adapters could not be built (a missing
-// credential, say), before anything changes. The adapters it builds are thrown away unused.
-func (a *app) dryRunAdapters(cfg *config.Config) error {
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, gatewayhttp.NewClient(refuseAll{})); err != nil {
-			return fmt.Errorf("gateways.%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// refuseAll is the transport of adapters built only to be checked: they never send.
-type refuseAll struct{}
-
-func (refuseAll) RoundTrip(*http.Request) (*http.Response, error) {
-	return nil, errors.New("payrouter: an adapter built to check the configuration sent a request")
 }
 
 // Reload is POST /admin/reload (httpapi.Reloader).
@@ -616,6 +602,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	cfg, path, err := loadConfig("serve", args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if err := validateStart(ctx, path, cfg, getenv); err != nil {
+		return err // what `payrouter check` says of it
 	}
 	log := telemetry.NewLogger(stderr)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
