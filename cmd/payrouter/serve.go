@@ -130,7 +130,12 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
 		}
-		go srv.Serve(ln)
+		go func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("probe.listen_failed", "listen", *listen, "err", err.Error(),
+					"then", "probing goes on without /metrics and /healthz")
+			}
+		}()
 		defer srv.Close()
 	}
 	log.Info("probe.running", "gateways", a.prober.Gateways(), "holder", a.origin)
@@ -464,7 +469,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 		bounds = append(bounds, memstore.WithBounds(a.cfg.State.Retention, a.cfg.State.MaxCharges))
 	}
 	mem := memstore.New(bounds...)
-	a.closers = append(a.closers, func() { mem.Close() })
+	a.closers = append(a.closers, a.closing("state.memory", mem.Close))
 	a.store, a.forced = mem, mem
 	if len(bounds) > 0 {
 		a.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
@@ -477,7 +482,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
 		}
-		a.closers = append(a.closers, func() { pg.Close() })
+		a.closers = append(a.closers, a.closing("state.database_url", pg.Close))
 		a.store = pg
 	}
 	if a.cfg.State.RedisURL == "" {
@@ -487,7 +492,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	a.closers = append(a.closers, func() { rs.Close() })
+	a.closers = append(a.closers, a.closing("state.redis_url", rs.Close))
 	a.shared = statestore.New(rs, statestore.Options{
 		Unavailable: redisstore.IsUnavailable,
 		Log:         a.log,
@@ -573,6 +578,16 @@ func (a *app) run(ctx context.Context) {
 func (a *app) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
+	}
+}
+
+// closing is a closer that logs what close returns: it is the last word on what a store did
+// with its connections, and nobody else hears it.
+func (a *app) closing(what string, close func() error) func() {
+	return func() {
+		if err := close(); err != nil {
+			a.log.Warn("close_failed", "what", what, "err", err.Error())
+		}
 	}
 }
 
