@@ -44,6 +44,8 @@ func TestErrorProblem(t *testing.T) {
 		{"state", payrouter.Errorf(payrouter.EState, "already captured"), 409, "/problems/invalid-charge-state", "", false},
 		{"declined", payrouter.Errorf(payrouter.EDeclined, "declined"), 402, "/problems/card-declined", "", false},
 		{"gateway refused", payrouter.Errorf(payrouter.EGatewayError, "malformed"), 502, "/problems/gateway-error", "", false},
+		{"unauthorized", payrouter.Errorf(payrouter.EUnauthorized, "no key"), 401, "/problems/unauthorized", "", false},
+		{"coded conflict", payrouter.Errorf(payrouter.EConflict, "in flight"), 409, "/problems/idempotency-conflict", "", false},
 		{"coded internal", payrouter.Errorf(payrouter.EInternal, "broken"), 500, "/problems/internal", "", true},
 		{"plain error", errors.New("disk on fire"), 500, "/problems/internal", "", true},
 		{"wrapped plain error", fmt.Errorf("charge ch_ABC: %w", errors.New("disk on fire")), 500, "/problems/internal", "", true},
@@ -143,5 +145,27 @@ func TestHandlersLogInternalErrorsOnly(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestHandlerErrorsReachingEcho: an error a handler returns instead of answering is answered
+// and logged as internal, once, by the one mapping; echo's own refusals are answers, not logged.
+func TestHandlerErrorsReachingEcho(t *testing.T) {
+	logs := &syncBuffer{}
+	e, _ := newEcho(Deps{Log: slog.New(slog.NewJSONHandler(logs, nil))})
+	e.GET("/broken", func(echo.Context) error { return errors.New("encoding the answer: unsupported value") })
+	r := do(e, "GET", "/broken", "")
+	if r.status != 500 || problemType(t, r) != "/problems/internal" || strings.Contains(r.body, "unsupported") {
+		t.Errorf("a handler's raw error: %d %s, want 500 internal that does not show the cause", r.status, r.body)
+	}
+	if lines := logs.named(t, "http.failed"); len(lines) != 1 || lines[0]["err"] != "encoding the answer: unsupported value" || lines[0]["request_id"] == "" {
+		t.Errorf("http.failed lines %v, want one with the error and the request id", lines)
+	}
+	r = do(e, "GET", "/nowhere", "")
+	if r.status != 404 || problemType(t, r) != "/problems/not-found" {
+		t.Errorf("an unknown route: %d %s, want 404 not-found", r.status, r.body)
+	}
+	if n := len(logs.named(t, "http.failed")); n != 1 {
+		t.Errorf("an unknown route was logged as a failure (%d http.failed lines)", n)
 	}
 }
