@@ -36,29 +36,45 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
 
+// ErrorCode implements Coded.
+func (e *Error) ErrorCode() ErrorCode { return e.Code }
+
+// SafeMessage implements Coded.
+func (e *Error) SafeMessage() string { return e.Message }
+
+// Coded is an error that carries its code and a message safe to show to the API's caller: *Error,
+// and the errors of other packages that carry more than a message (fallback.Unavailable, with
+// its attempts and Retry-After). Code and Message find the first one in an error's chain.
+type Coded interface {
+	error
+	ErrorCode() ErrorCode
+	SafeMessage() string
+}
+
 // Errorf returns an *Error with the code and a formatted message.
 func Errorf(code ErrorCode, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Code returns the code of the first *Error in err's chain, EInternal for any other non-nil error,
-// and "" for nil.
+// Code returns the code of the first Coded error in err's chain, EInternal for any other non-nil
+// error, and "" for nil.
 func Code(err error) ErrorCode {
 	if err == nil {
 		return ""
 	}
-	var e *Error
+	var e Coded
 	if errors.As(err, &e) {
-		return e.Code
+		return e.ErrorCode()
 	}
 	return EInternal
 }
 
-// Message returns the caller-safe message of the first *Error in err's chain, or a generic one.
+// Message returns the caller-safe message of the first Coded error in err's chain, or a generic
+// one.
 func Message(err error) string {
-	var e *Error
+	var e Coded
 	if errors.As(err, &e) {
-		return e.Message
+		return e.SafeMessage()
 	}
 	return "internal error"
 }

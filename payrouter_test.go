@@ -2,6 +2,7 @@ package payrouter
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -52,5 +53,32 @@ func TestStatusOfState(t *testing.T) {
 		if got != tc.want || known != tc.known {
 			t.Errorf("StatusOfState(%q) = %s, %v; want %s, %v", tc.state, got, known, tc.want, tc.known)
 		}
+	}
+}
+
+// TestCode: the first coded error in the chain gives the code and the caller-safe message;
+// anything else is internal, and says nothing of itself.
+func TestCode(t *testing.T) {
+	notFound := Errorf(ENotFound, "no charge %q", "ch_1")
+	cases := []struct {
+		name    string
+		err     error
+		code    ErrorCode
+		message string
+	}{
+		{"nil", nil, "", "internal error"},
+		{"coded", notFound, ENotFound, `no charge "ch_1"`},
+		{"wrapped", fmt.Errorf("get: %w", notFound), ENotFound, `no charge "ch_1"`},
+		{"plain", errors.New("disk on fire"), EInternal, "internal error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Code(tc.err); got != tc.code {
+				t.Errorf("Code = %q, want %q", got, tc.code)
+			}
+			if got := Message(tc.err); got != tc.message {
+				t.Errorf("Message = %q, want %q", got, tc.message)
+			}
+		})
 	}
 }

@@ -39,6 +39,17 @@ func (u *Unavailable) Error() string {
 	return fmt.Sprintf("%s: no gateway could take it (%d attempts)", u.Operation, len(u.Attempts))
 }
 
+// ErrorCode makes Unavailable a payrouter.Coded error: payrouter.Code of it, or of any error
+// wrapping it, is EGatewaysUnavailable, never internal.
+func (u *Unavailable) ErrorCode() payrouter.ErrorCode { return payrouter.EGatewaysUnavailable }
+
+// SafeMessage is what the caller is told (payrouter.Message).
+func (u *Unavailable) SafeMessage() string {
+	return "every candidate gateway is open, full or unavailable; send the same request again after Retry-After"
+}
+
+var _ payrouter.Coded = (*Unavailable)(nil)
+
 // NewUnavailable builds the Fail answer from the attempts made. openUntil tells when the breaker
 // of a gateway passed as breaker_open reopens (zero if unknown or forced open). The caller is told
 // to come back when the first breaker half-opens, or after MinRetryAfter when nothing better is

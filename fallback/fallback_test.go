@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,6 +51,26 @@ func TestNewUnavailable(t *testing.T) {
 			}
 			if got := u.RetryAfterSeconds(); got != tc.wantSeconds {
 				t.Errorf("RetryAfterSeconds = %d, want %d", got, tc.wantSeconds)
+			}
+		})
+	}
+}
+
+// TestUnavailableIsCoded: the Fail answer carries its own code, wrapped or not, so that nothing
+// that classifies errors by payrouter.Code takes it for an internal error.
+func TestUnavailableIsCoded(t *testing.T) {
+	u := NewUnavailable(payrouter.OpRefund, "ch_1", nil, func(string) time.Time { return time.Time{} }, time.Now())
+	for name, err := range map[string]error{
+		"bare":    u,
+		"wrapped": fmt.Errorf("refund ch_1: %w", u),
+		"joined":  errors.Join(errors.New("also"), fmt.Errorf("x: %w", u)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := payrouter.Code(err); got != payrouter.EGatewaysUnavailable {
+				t.Errorf("Code = %q, want %q", got, payrouter.EGatewaysUnavailable)
+			}
+			if got := payrouter.Message(err); got != u.SafeMessage() || got == "internal error" {
+				t.Errorf("Message = %q, want the fallback's own", got)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -85,8 +86,8 @@ func (s *server) breakerAction(c echo.Context) error {
 		}
 	} else {
 		if err := s.Forced.SetForced(c.Request().Context(), name, forced); err != nil {
-			s.Log.Error("breaker.force_store_failed", "breaker", name, "err", err)
-			return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not take the change; nothing was changed"))
+			return s.writeError(c, "breaker.force_store_failed",
+				withDetail(fmt.Errorf("breaker %s: %w", name, err), "the state store did not take the change; nothing was changed"))
 		}
 		if forced == payrouter.ForcedNone {
 			b.Reset()
@@ -157,8 +158,8 @@ func (s *server) listCharges(c echo.Context) error {
 	}
 	charges, err := s.Store.ChargesByStatus(c.Request().Context(), status, limit)
 	if err != nil {
-		s.Log.Error("admin.charges_failed", "status", status, "err", err)
-		return writeProblem(c, newProblem(payrouter.EInternal, "the state store did not answer; try again"))
+		return s.writeError(c, "admin.charges_failed",
+			withDetail(fmt.Errorf("charges in status %s: %w", status, err), "the state store did not answer; try again"))
 	}
 	out := make([]chargeView, len(charges))
 	for i, ch := range charges {

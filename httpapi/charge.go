@@ -180,8 +180,7 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 			// anything else would be a second answer to one key.
 			s.Log.Warn("idempotency.hold_lost", "key_scope", c.Get("key_scope"), "status", a.status,
 				"then", "the later request with this key answers for it")
-			return writeProblem(c, newProblem(payrouter.EConflict,
-				"this request outlived its hold on the Idempotency-Key and a later request with the same key took it; send the same request again to get its answer"))
+			return s.writeError(c, "idempotency.complete_failed", err)
 		case err != nil:
 			// Not stored: the hold runs out, and the next request with this key settles the
 			// charge from the gateways' answers before it answers (routing.Router.Charge).
@@ -209,13 +208,8 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 // 409 while it is in flight, 422 when it was used with another body, or the store's error
 // (logged under event when it is not an outage).
 func (s *server) answerTaken(c echo.Context, event string, rec *payrouter.IdempotencyRecord, err error, current func(ctx context.Context) (answer, bool, error)) error {
-	switch {
-	case errors.Is(err, payrouter.ErrInFlight):
-		return writeProblem(c, newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has"))
-	case errors.Is(err, payrouter.ErrMismatch):
-		return writeProblem(c, newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request"))
-	case err != nil:
-		return s.writeError(c, event, err)
+	if err != nil {
+		return s.writeError(c, event, err) // in flight: 409; used with another body: 422
 	}
 	return s.replay(c, rec, current)
 }
@@ -288,15 +282,6 @@ func (s *server) release(ctx context.Context, hold payrouter.Hold) {
 	if err := s.Store.Release(ctx, hold); err != nil {
 		s.Log.Warn("idempotency.release_failed", "err", err, "then", "the key is free again once its hold runs out")
 	}
-}
-
-// writeError answers err as its problem, logging it under event when it is not one the caller
-// is meant to see (an internal error).
-func (s *server) writeError(c echo.Context, event string, err error) error {
-	if payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
-		s.Log.Error(event, "err", err)
-	}
-	return writeProblem(c, errorProblem(c, err))
 }
 
 // jsonAnswer encodes v as an answer with the given content type.
@@ -427,15 +412,9 @@ func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (
 			s.Metrics.ChargeAnswered("", payrouter.StatusFailed)
 			s.Metrics.FallbackUsed(payrouter.OpCharge, string(fallback.Fail))
 		}
-		p := unavailableProblem(c, u)
-		return jsonAnswer(p.Status, "application/problem+json", p)
 	}
 	if err != nil {
-		if payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
-			s.Log.Error("charge.failed", "err", err)
-		}
-		p := errorProblem(c, err)
-		return jsonAnswer(p.Status, "application/problem+json", p)
+		return s.errorAnswer(c, "charge.failed", err)
 	}
 	if s.Metrics != nil {
 		s.Metrics.ChargeAnswered(ch.Gateway, ch.Status)
@@ -481,11 +460,7 @@ func (s *server) getCharge(c echo.Context) error {
 	}
 	ch, stale, err := s.Router.Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
-		var u *fallback.Unavailable
-		if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal {
-			s.Log.Error("charge.get_failed", "charge_id", c.Param("id"), "err", err)
-		}
-		return writeProblem(c, errorProblem(c, err))
+		return s.writeError(c, "charge.get_failed", err)
 	}
 	v := viewOf(ch)
 	v.Stale = stale

@@ -206,7 +206,8 @@ func TestFullMemstoreSaysWhy(t *testing.T) {
 	err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_next", Status: payrouter.StatusProcessing, CreatedAt: time.Now()})
 	rec := httptest.NewRecorder()
 	c := echo.New().NewContext(httptest.NewRequest("POST", "/charge", nil), rec)
-	p := errorProblem(c, err)
+	_, s := newEcho(Deps{})
+	p := s.errorProblem(c, "charge.failed", err)
 	if p.Status != 503 || p.Type != "/problems/state-unavailable" || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("a full store: %d %s, Retry-After %q", p.Status, p.Type, rec.Header().Get("Retry-After"))
 	}

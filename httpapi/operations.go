@@ -14,7 +14,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/routing"
 )
 
@@ -151,17 +150,6 @@ func (s *server) ownCharge(c echo.Context, id string) error {
 	return nil
 }
 
-// problemAnswer is the answer to an operation that returned err: its problem, the one mapping
-// of errors to statuses (a 503 comes with Retry-After).
-func (s *server) problemAnswer(c echo.Context, op string, err error) (answer, error) {
-	var u *fallback.Unavailable
-	if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal && !errors.Is(err, payrouter.ErrStateUnavailable) {
-		s.Log.Error(op+".failed", "charge_id", c.Param("id"), "err", err)
-	}
-	p := errorProblem(c, err)
-	return jsonAnswer(p.Status, "application/problem+json", p)
-}
-
 // captureCharge is POST /charge/{id}/capture.
 func (s *server) captureCharge(c echo.Context) error {
 	return s.changeAuthorization(c, "capture", s.Router.Capture)
@@ -186,7 +174,7 @@ func (s *server) changeAuthorization(c echo.Context, op string, run func(context
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{}), func(payrouter.Hold) (answer, error) {
 		ch, err := run(c.Request().Context(), id)
 		if err != nil {
-			return s.problemAnswer(c, op, err)
+			return s.errorAnswer(c, op+".failed", err)
 		}
 		return jsonAnswer(http.StatusOK, echo.MIMEApplicationJSON, viewOf(ch))
 	}, nil)
@@ -211,7 +199,7 @@ func (s *server) refundCharge(c echo.Context) error {
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
 		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {
-			return s.problemAnswer(c, "refund", err)
+			return s.errorAnswer(c, "refund.failed", err)
 		}
 		return refundAnswer(rf)
 	}, func(ctx context.Context) (answer, bool, error) {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -115,13 +116,40 @@ func unavailableProblem(c echo.Context, u *fallback.Unavailable) problem {
 	return p
 }
 
-// errorProblem maps any error from below to its problem: the one place errors become statuses.
-func errorProblem(c echo.Context, err error) problem {
+// internalDetail is an error a handler answers as internal (500, logged) whatever its cause, with
+// a detail that says more than the generic one (what was left unchanged, what to do).
+type internalDetail struct {
+	detail string
+	err    error
+}
+
+func (e *internalDetail) Error() string { return e.err.Error() }
+func (e *internalDetail) Unwrap() error { return e.err }
+
+// withDetail marks err as internal with a caller-facing detail of its own.
+func withDetail(err error, detail string) error { return &internalDetail{detail: detail, err: err} }
+
+// internalDetailDefault is the detail of an internal error that says nothing more.
+const internalDetailDefault = "payrouter could not complete the request; it has been logged"
+
+// errorProblem is the one place an error from below becomes what the caller sees and what the
+// log says. It returns err's problem (setting Retry-After on a 503) and logs err under event, once,
+// with the request's context, exactly when it is internal: an outage of the money store (logged
+// by the store when it goes down), a fallback that fails, a hold lost, a key in flight or used
+// with another body, and every coded error (not found, declined, invalid, ...) are answers, not
+// faults, and are not logged.
+func (s *server) errorProblem(c echo.Context, event string, err error) problem {
 	var u *fallback.Unavailable
-	if errors.As(err, &u) {
+	var detailed *internalDetail
+	switch {
+	case errors.As(err, &detailed):
+		// A handler's own decision: internal whatever the cause (the admin API answers an
+		// outage of the state store as 500, as documented).
+		s.logInternal(c, event, err)
+		return newProblem(payrouter.EInternal, detailed.detail)
+	case errors.As(err, &u):
 		return unavailableProblem(c, u)
-	}
-	if errors.Is(err, payrouter.ErrStateUnavailable) {
+	case errors.Is(err, payrouter.ErrStateUnavailable):
 		// Nothing was sent to a gateway: the same request may come again once the database
 		// answers, and its Idempotency-Key goes through exactly once then.
 		c.Response().Header().Set("Retry-After", strconv.Itoa(StateRetryAfterSeconds))
@@ -131,36 +159,85 @@ func errorProblem(c echo.Context, err error) problem {
 		}
 		return newProblem(payrouter.EStateUnavailable,
 			"the database holding payment state does not answer; nothing was sent to a gateway; send the same request again after Retry-After")
-	}
-	if errors.Is(err, payrouter.ErrHoldLost) {
+	case errors.Is(err, payrouter.ErrHoldLost):
 		return newProblem(payrouter.EConflict,
 			"this request outlived its hold on the Idempotency-Key and a later request with the same key took it; send the same request again to get its answer")
+	case errors.Is(err, payrouter.ErrInFlight):
+		return newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has")
+	case errors.Is(err, payrouter.ErrMismatch):
+		return newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request")
+	case payrouter.Code(err) != payrouter.EInternal:
+		return newProblem(payrouter.Code(err), payrouter.Message(err))
 	}
-	code := payrouter.Code(err)
-	if code == payrouter.EInternal {
-		return newProblem(code, "payrouter could not complete the request; it has been logged")
-	}
-	return newProblem(code, payrouter.Message(err))
+	s.logInternal(c, event, err)
+	return newProblem(payrouter.EInternal, internalDetailDefault)
 }
 
-// httpErrorHandler answers echo's own errors (unknown route, wrong method, a panic) as problems.
-func httpErrorHandler(err error, c echo.Context) {
+// logInternal logs an internal error under event with what the request is about: its id, and the
+// charge or refund it names once payrouter knows it is one (the caller's text otherwise could be
+// anything, a credential pasted in the wrong place included).
+func (s *server) logInternal(c echo.Context, event string, err error) {
+	attrs := []slog.Attr{
+		slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
+		slog.String("method", c.Request().Method),
+		slog.String("route", c.Path()),
+	}
+	chargeID, _ := c.Get("charge_id").(string)
+	if chargeID == "" && looksLikeID(c.Param("id"), "ch_") {
+		chargeID = c.Param("id")
+	}
+	if chargeID != "" {
+		attrs = append(attrs, slog.String("charge_id", chargeID))
+	}
+	refundID, _ := c.Get("refund_id").(string)
+	if refundID == "" && looksLikeID(c.Param("id"), "re_") {
+		refundID = c.Param("id")
+	}
+	if refundID != "" {
+		attrs = append(attrs, slog.String("refund_id", refundID))
+	}
+	attrs = append(attrs, slog.String("err", err.Error()))
+	s.Log.LogAttrs(c.Request().Context(), slog.LevelError, event, attrs...)
+}
+
+// writeError answers err as its problem (errorProblem, which logs it under event when internal).
+func (s *server) writeError(c echo.Context, event string, err error) error {
+	return writeProblem(c, s.errorProblem(c, event, err))
+}
+
+// errorAnswer is err's problem as an answer, for the work of an idempotent request.
+func (s *server) errorAnswer(c echo.Context, event string, err error) (answer, error) {
+	p := s.errorProblem(c, event, err)
+	return jsonAnswer(p.Status, "application/problem+json", p)
+}
+
+// httpErrorHandler answers echo's own errors (unknown route, wrong method) as problems, and any
+// error a handler returned instead of answering (errorProblem: logged as internal).
+func (s *server) httpErrorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
+		// The answer is on its way: the error is writing it (the client went away), which
+		// changes nothing the caller could act on.
+		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.write_failed",
+			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)), slog.String("err", err.Error()))
 		return
 	}
 	var he *echo.HTTPError
-	p := newProblem(payrouter.EInternal, "payrouter could not complete the request; it has been logged")
-	if errors.As(err, &he) {
-		switch he.Code {
-		case http.StatusNotFound:
-			p = newProblem(payrouter.ENotFound, "no such resource")
-		case http.StatusMethodNotAllowed:
-			p = newProblem(codeMethodNotAllowed, "this resource does not answer that method")
-		case http.StatusRequestEntityTooLarge:
-			p = newProblem(codePayloadTooLarge, "the body is larger than 64 KiB")
-		case http.StatusUnauthorized:
-			p = newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <key>")
-		}
+	var p problem
+	errors.As(err, &he)
+	switch {
+	case he != nil && he.Code == http.StatusNotFound:
+		p = newProblem(payrouter.ENotFound, "no such resource")
+	case he != nil && he.Code == http.StatusMethodNotAllowed:
+		p = newProblem(codeMethodNotAllowed, "this resource does not answer that method")
+	case he != nil && he.Code == http.StatusRequestEntityTooLarge:
+		p = newProblem(codePayloadTooLarge, "the body is larger than 64 KiB")
+	case he != nil && he.Code == http.StatusUnauthorized:
+		p = newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <key>")
+	default:
+		p = s.errorProblem(c, "http.failed", err)
 	}
-	_ = writeProblem(c, p)
+	if werr := writeProblem(c, p); werr != nil {
+		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.write_failed",
+			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)), slog.String("err", werr.Error()))
+	}
 }

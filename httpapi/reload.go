@@ -33,8 +33,7 @@ func (s *server) reloadConfig(c echo.Context) error {
 	}
 	changes, err := s.Reloader.Reload(c.Request().Context())
 	if err != nil && !errors.Is(err, ErrConfigRefused) {
-		s.Log.Error("admin.reload_failed", "err", err)
-		return writeProblem(c, newProblem(payrouter.EInternal, "the reload failed after it started; see the log"))
+		return s.writeError(c, "admin.reload_failed", withDetail(err, "the reload failed after it started; see the log"))
 	}
 	if err != nil {
 		p := newProblem(codeInvalidConfig, "the file was not applied; fix the problems listed in errors and reload again")

@@ -78,7 +78,7 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = httpErrorHandler
+	e.HTTPErrorHandler = s.httpErrorHandler
 	// trace before observe: the request's log line and duration carry its span's trace id.
 	e.Use(s.requestID, s.trace, s.observe, s.recover, s.screenPathID)
 	return e, s

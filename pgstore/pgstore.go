@@ -138,6 +138,23 @@ type Store struct {
 
 var _ payrouter.Store = (*Store)(nil)
 
+// CheckURL refuses a database URL that Open would refuse before connecting, with Open's error;
+// it connects to nothing (`payrouter check` runs it).
+func CheckURL(url string) error {
+	_, err := parseURL(url)
+	return err
+}
+
+// parseURL parses a database URL as Open does, its password kept out of the error.
+func parseURL(url string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx masks the password in its message as best it can; scrub makes sure.
+		return nil, errors.New("pgstore: the database URL does not parse: " + scrub(err.Error(), url))
+	}
+	return cfg, nil
+}
+
 // Open connects to the database at url (postgres://user@host:5432/db, or any form pgx parses,
 // pool_max_conns and the other pgxpool parameters included), applies the migrations this
 // version has that the database lacks (Migrate), and starts the retention sweep. Migrations may
@@ -145,10 +162,9 @@ var _ payrouter.Store = (*Store)(nil)
 // sweep and closes the connections.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := parseURL(url)
 	if err != nil {
-		// pgx masks the password in its message as best it can; scrub makes sure.
-		return nil, errors.New("pgstore: the database URL does not parse: " + scrub(err.Error(), url))
+		return nil, err
 	}
 	where := redact(url)
 	if !strings.Contains(url, "pool_max_conns") {

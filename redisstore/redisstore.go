@@ -89,18 +89,34 @@ var (
 // to answer: a Store opened while Redis is down works as soon as Redis is up.
 func Open(rawURL string, o Options) (*Store, error) {
 	o = o.withDefaults()
+	newClient, err := parseURL(rawURL, o)
+	if err != nil {
+		return nil, err
+	}
+	if o.Log != nil {
+		setClientLog(o.Log, rawURL)
+	}
+	return New(newClient(), o), nil
+}
+
+// CheckURL refuses a state.redis_url that Open would refuse, with Open's error; it makes no
+// client and dials nothing (`payrouter check` runs it).
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL, Options{}.withDefaults())
+	return err
+}
+
+// parseURL parses rawURL as Open does and returns what makes its client (which dials only when
+// first used). Errors never echo the URL: it may hold a password.
+func parseURL(rawURL string, o Options) (func() redis.UniversalClient, error) {
 	if !strings.HasPrefix(rawURL, "redis://") && !strings.HasPrefix(rawURL, "rediss://") {
 		return nil, errors.New("redisstore: state.redis_url must start with redis:// or rediss://")
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, errors.New("redisstore: state.redis_url is not a URL") // never echo it: it may hold a password
-	}
-	if o.Log != nil {
-		setClientLog(o.Log, rawURL)
+		return nil, errors.New("redisstore: state.redis_url is not a URL")
 	}
 	q := u.Query()
-	var rdb redis.UniversalClient
 	// The three branches set the same fields on three go-redis option types that share no type
 	// to set them through (UniversalOptions has no DialerRetries).
 	switch {
@@ -114,7 +130,7 @@ func Open(rawURL string, o Options) (*Store, error) {
 		if o.PoolSize > 0 {
 			fo.PoolSize = o.PoolSize
 		}
-		rdb = redis.NewFailoverClient(fo)
+		return func() redis.UniversalClient { return redis.NewFailoverClient(fo) }, nil
 	case q.Has("addr"):
 		co, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
@@ -125,7 +141,7 @@ func Open(rawURL string, o Options) (*Store, error) {
 		if o.PoolSize > 0 {
 			co.PoolSize = o.PoolSize
 		}
-		rdb = redis.NewClusterClient(co)
+		return func() redis.UniversalClient { return redis.NewClusterClient(co) }, nil
 	default:
 		ro, err := redis.ParseURL(rawURL)
 		if err != nil {
@@ -139,9 +155,8 @@ func Open(rawURL string, o Options) (*Store, error) {
 		if o.PoolSize > 0 {
 			ro.PoolSize = o.PoolSize
 		}
-		rdb = redis.NewClient(ro)
+		return func() redis.UniversalClient { return redis.NewClient(ro) }, nil
 	}
-	return New(rdb, o), nil
 }
 
 // New returns a Store over a client the caller made (Sentinel, Cluster, or options Open does not

@@ -41,8 +41,13 @@ type FleetOptions struct {
 	// Up reports whether the shared store is reachable (statestore.Store.Up); while it is not,
 	// each instance decides alone, on its own counts and trials. nil: always.
 	Up func() bool
-	// Log receives what goes wrong with the shared store; nil: discarded.
+	// Log receives what goes wrong with the shared store; nil: discarded. A failed call is
+	// logged when the store is still up after it, once per run of failures of that call: an
+	// outage is logged once by whoever marks the store down (statestore).
 	Log *slog.Logger
+	// Failed counts each call to the shared store that failed, by name (sync, report_outcomes,
+	// open_breaker, take_trial, return_trial, trial_succeeded, close_breaker); nil: not counted.
+	Failed func(call string)
 }
 
 func (o FleetOptions) withDefaults() FleetOptions {
@@ -60,6 +65,9 @@ func (o FleetOptions) withDefaults() FleetOptions {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Failed == nil {
+		o.Failed = func(string) {}
 	}
 	return o
 }
@@ -86,6 +94,8 @@ type Fleet struct {
 	jobs   chan func(context.Context)
 	// watching is true while subscribed to the fleet's events.
 	watching atomic.Bool
+	// failing holds the calls whose last attempt failed, so that a run of failures is logged once.
+	failing sync.Map // call name -> struct{}
 }
 
 // fleetLink is one breaker's tie to the fleet.
@@ -100,6 +110,10 @@ type fleetLink struct {
 
 	mu           sync.Mutex
 	pendingForce *payrouter.Forced // a Force the store did not take, sent again by Resync
+	// openPending is set while an open of this breaker has not reached the store: the fleet's
+	// state read meanwhile says closed and must not close it here; sendPendingOpens (each
+	// Refresh) and Resync send it again.
+	openPending atomic.Bool
 }
 
 // NewFleet ties every breaker of d to shared. Call it before d serves any call; then Sync once
@@ -169,7 +183,8 @@ func (f *Fleet) Run(ctx context.Context) {
 				return
 			case <-tick.C:
 				if f.o.Up() {
-					f.Sync(ctx) // an error marks the store down; nothing else to do
+					f.sendPendingOpens(ctx)
+					f.done("sync", "", f.Sync(ctx), "each breaker keeps its state here until the next refresh")
 				}
 			}
 		}
@@ -212,6 +227,8 @@ func (f *Fleet) Sync(ctx context.Context) error {
 		switch {
 		case st.Open:
 			l.b.fleetOpened(st.OpenFor, countsFrom(st.Counts))
+		case l.openPending.Load():
+			// Opened here, and the store has not heard of it yet: what it says is older.
 		case st.HalfOpen:
 			l.b.fleetHalfOpen(readAt)
 		default:
@@ -233,16 +250,55 @@ func (f *Fleet) Resync(ctx context.Context) error {
 				return err
 			}
 		}
-		if until, c, open := l.b.ownOpen(); open {
-			cctx, cancel := f.bound(ctx)
-			_, err := f.shared.OpenBreaker(cctx, l.b.name, time.Until(until), payrouter.BreakerCounts(c), f.o.Origin)
-			cancel()
-			if err != nil {
-				return err
-			}
+		if err := l.sendOwnOpen(ctx); err != nil {
+			return err
 		}
 	}
 	return f.Sync(ctx)
+}
+
+// sendOwnOpen opens the breaker fleet-wide for what is left of its cooldown when it is open here
+// by its own state, and forgets a pending open once the store has it or the breaker is no
+// longer open.
+func (l *fleetLink) sendOwnOpen(ctx context.Context) error {
+	until, c, open := l.b.ownOpen()
+	if !open {
+		l.openPending.Store(false)
+		return nil
+	}
+	ctx, cancel := l.f.bound(ctx)
+	defer cancel()
+	_, err := l.f.shared.OpenBreaker(ctx, l.b.name, time.Until(until), payrouter.BreakerCounts(c), l.f.o.Origin)
+	if err == nil {
+		l.openPending.Store(false)
+	}
+	return err
+}
+
+// sendPendingOpens sends again the opens the store did not take (opened), before a refresh reads
+// the fleet's state.
+func (f *Fleet) sendPendingOpens(ctx context.Context) {
+	for _, l := range f.links() {
+		if l.openPending.Load() {
+			f.done("open_breaker", l.b.name, l.sendOwnOpen(ctx), "sent again at the next refresh")
+		}
+	}
+}
+
+// done records the result of a call to the shared store: a failure is counted, and logged once
+// per run of failures of that call while the store is up (an outage is logged where the store
+// is marked down, and Resync repairs what it cost); a success ends the run. then says what
+// happens next.
+func (f *Fleet) done(call, breaker string, err error, then string) {
+	if err == nil {
+		f.failing.Delete(call)
+		return
+	}
+	f.o.Failed(call)
+	if _, already := f.failing.LoadOrStore(call, struct{}{}); already || !f.o.Up() {
+		return
+	}
+	f.o.Log.Warn("fleet.call_failed", "call", call, "breaker", breaker, "err", err.Error(), "then", then)
 }
 
 // Force applies an ops decision to b (ForcedNone is a reset) and shares it with the fleet. It
@@ -351,7 +407,7 @@ func countsFrom(c payrouter.BreakerCounts) Counts { return Counts(c) }
 func (f *Fleet) watch(ctx context.Context) {
 	subscribed := func() {
 		f.watching.Store(true)
-		f.Sync(ctx)
+		f.done("sync", "", f.Sync(ctx), "events still come; the next refresh reads the rest")
 	}
 	for {
 		err := f.shared.WatchBreakers(ctx, subscribed, f.apply)
@@ -417,6 +473,10 @@ func (l *fleetLink) send(ctx context.Context) {
 	ctx, cancel := l.f.bound(ctx)
 	defer cancel()
 	opened, c, err := l.f.shared.ReportOutcomes(ctx, l.b.name, l.rules, r, l.f.o.Origin)
+	// Not sent again: a report that timed out may have been counted, and counting it twice
+	// could open the fleet's breaker on failures that did not happen. This instance's breaker
+	// counted them and trips on its own counts.
+	l.f.done("report_outcomes", l.b.name, err, "these outcomes count here only")
 	if err == nil && opened {
 		l.b.fleetOpened(l.rules.Cooldown, countsFrom(c))
 	}
@@ -454,27 +514,37 @@ func (l *fleetLink) count(_ *Breaker, failure bool) {
 }
 
 func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts) {
+	// Pending until the store has it: a refresh meanwhile must not close it on the fleet's older
+	// word, and sends it again (Resync does when the store comes back).
+	l.openPending.Store(true)
 	if !l.usable() {
-		return // Resync sends it when the store is back
+		return
 	}
 	l.f.enqueue(func(ctx context.Context) {
-		ctx, cancel := l.f.bound(ctx)
+		cctx, cancel := l.f.bound(ctx)
 		defer cancel()
-		l.f.shared.OpenBreaker(ctx, b.name, cooldown, payrouter.BreakerCounts(c), l.f.o.Origin)
+		_, err := l.f.shared.OpenBreaker(cctx, b.name, cooldown, payrouter.BreakerCounts(c), l.f.o.Origin)
+		if err == nil {
+			l.openPending.Store(false)
+		}
+		l.f.done("open_breaker", b.name, err, "open here; sent again at the next refresh")
 	})
 }
 
 func (l *fleetLink) takeTrial(b *Breaker) (bool, error) {
 	ctx, cancel := l.f.bound(context.Background())
 	defer cancel()
-	return l.f.shared.TakeTrial(ctx, b.name, b.settings.HalfOpenRequests, l.trialTTL)
+	ok, err := l.f.shared.TakeTrial(ctx, b.name, b.settings.HalfOpenRequests, l.trialTTL)
+	l.f.done("take_trial", b.name, err, "this instance runs its own trial")
+	return ok, err
 }
 
 func (l *fleetLink) returnTrial(b *Breaker) {
 	l.f.enqueue(func(ctx context.Context) {
 		ctx, cancel := l.f.bound(ctx)
 		defer cancel()
-		l.f.shared.ReturnTrial(ctx, b.name)
+		l.f.done("return_trial", b.name, l.f.shared.ReturnTrial(ctx, b.name),
+			"the trial slot is free again once its hold runs out")
 	})
 }
 
@@ -483,6 +553,11 @@ func (l *fleetLink) trialSucceeded(b *Breaker) {
 		ctx, cancel := l.f.bound(ctx)
 		defer cancel()
 		closed, err := l.f.shared.TrialSucceeded(ctx, b.name, b.settings.HalfOpenRequests, l.f.o.Origin)
+		then := "the breaker stays half-open until the fleet's other trials decide"
+		if b.settings.HalfOpenRequests <= 1 {
+			then = "this instance's trial closes the breaker here"
+		}
+		l.f.done("trial_succeeded", b.name, err, then)
 		switch {
 		case err != nil && b.settings.HalfOpenRequests <= 1:
 			b.fleetClosed(time.Time{}) // the store is away: this instance's trial decides
@@ -495,7 +570,9 @@ func (l *fleetLink) trialSucceeded(b *Breaker) {
 func (l *fleetLink) closeHalfOpen(b *Breaker) (bool, error) {
 	ctx, cancel := l.f.bound(context.Background())
 	defer cancel()
-	return l.f.shared.CloseBreaker(ctx, b.name, l.f.o.Origin)
+	closed, err := l.f.shared.CloseBreaker(ctx, b.name, l.f.o.Origin)
+	l.f.done("close_breaker", b.name, err, "the probe's verdict closes the breaker here")
+	return closed, err
 }
 
 // The fleet's news, applied to a Breaker. Opening always applies (it is the safe direction);

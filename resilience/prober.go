@@ -30,8 +30,11 @@ type ProberOptions struct {
 	Leases payrouter.Leases
 	// Holder names this prober in the leases; it must differ between processes.
 	Holder string
-	// Log receives each change of a gateway's probe verdict; nil: discarded.
+	// Log receives each change of a gateway's probe verdict, and the first of a run of failed
+	// lease calls; nil: discarded.
 	Log *slog.Logger
+	// Failed counts each lease call that failed (hold_lease, drop_lease); nil: not counted.
+	Failed func(call string)
 }
 
 // Prober tests the recovery of the gateways whose breakers say OutOfBand (DESIGN.md, Breakers):
@@ -62,6 +65,9 @@ func NewProber(d *Domains, checks map[string]HealthCheck, obs Observer, o Prober
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Failed == nil {
+		o.Failed = func(string) {}
 	}
 	p := &Prober{d: d, checks: map[string]*probeCheck{}, o: o, obs: obs, wake: make(chan struct{}, 1)}
 	for name, c := range checks {
@@ -155,12 +161,17 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 	s := gd.settings
 	lease := "probe/" + s.Name
 	leading := false
+	leaseFailing := false
 	failures := 0
 	defer func() {
 		if leading && p.o.Leases != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), s.ProbeTimeout)
 			defer cancel()
-			p.o.Leases.DropLease(ctx, lease, p.o.Holder)
+			if err := p.o.Leases.DropLease(ctx, lease, p.o.Holder); err != nil {
+				p.o.Failed("drop_lease")
+				p.o.Log.Warn("probe.lease_drop_failed", "gateway", s.Name, "holder", p.o.Holder, "err", err.Error(),
+					"then", "another prober takes the gateway once the lease runs out")
+			}
 		}
 	}()
 	tick := time.NewTicker(s.ProbeInterval)
@@ -171,7 +182,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 			return
 		case <-tick.C:
 		}
-		if !p.lead(ctx, lease, s, &leading) {
+		if !p.lead(ctx, lease, s, &leading, &leaseFailing) {
 			continue
 		}
 		healthy, d := runCheck(ctx, gd.settings.ProbeTimeout, check)
@@ -197,17 +208,30 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 
 // lead takes or renews the gateway's lease; without Leases this prober always leads. A lease
 // outlives three intervals, so one missed renewal does not hand the gateway to another prober.
-func (p *Prober) lead(ctx context.Context, lease string, s GatewaySettings, leading *bool) bool {
+// A failed lease call is counted each time and logged at the first of a run (failing).
+func (p *Prober) lead(ctx context.Context, lease string, s GatewaySettings, leading, failing *bool) bool {
 	if p.o.Leases == nil {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.ProbeTimeout)
+	lctx, cancel := context.WithTimeout(ctx, s.ProbeTimeout)
 	defer cancel()
-	held, err := p.o.Leases.HoldLease(ctx, lease, p.o.Holder, 3*s.ProbeInterval)
-	if err != nil {
+	held, err := p.o.Leases.HoldLease(lctx, lease, p.o.Holder, 3*s.ProbeInterval)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false // stopping: not a failure of the store
+	case err != nil:
 		// The store is away: probing anyway keeps this instance's breakers honest; a second
 		// prober calling /health for a while costs the gateway nothing.
+		p.o.Failed("hold_lease")
+		if !*failing {
+			p.o.Log.Warn("probe.lease_failed", "gateway", s.Name, "holder", p.o.Holder, "err", err.Error(),
+				"then", "probing without the lease until the store answers")
+		}
+		*failing = true
 		held = true
+	case *failing:
+		p.o.Log.Info("probe.lease_recovered", "gateway", s.Name, "holder", p.o.Holder)
+		*failing = false
 	}
 	if held != *leading {
 		p.o.Log.Info("probe.lead", "gateway", s.Name, "leading", held, "holder", p.o.Holder)

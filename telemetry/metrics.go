@@ -45,6 +45,7 @@ type Metrics struct {
 	probeDuration      *prometheus.HistogramVec
 	authFailures       *prometheus.CounterVec
 	rateLimited        *prometheus.CounterVec // limits.go
+	coordinationErrors *prometheus.CounterVec // coordination.go
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -146,6 +147,7 @@ func NewMetrics() *Metrics {
 	}
 	m.queueDepth.WithLabelValues(TaskQueue)
 	m.authFailures = newAuthFailures(reg)
+	m.coordinationErrors = newCoordinationErrors(reg)
 	reg.MustRegister(m.rateLimited)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 

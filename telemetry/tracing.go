@@ -44,6 +44,30 @@ const DefaultServiceName = "payrouter"
 // is not an http(s) URL, an unknown sampler. shutdown flushes the spans not yet exported and
 // stops the exporter; call it once, when serving is over.
 func SetupTracing(ctx context.Context, getenv func(string) string, version string) (shutdown func(context.Context) error, err error) {
+	opts, err := tracerOptions(ctx, getenv, version)
+	if err != nil {
+		return nil, err
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return tp.Shutdown, nil
+}
+
+// CheckTracing refuses what SetupTracing refuses, with the same error, and sets nothing up:
+// `payrouter check` runs it so that a setting serve would refuse is refused by check too. The
+// exporter it builds is stopped unused (OTLP over HTTP dials nothing until the first export).
+func CheckTracing(ctx context.Context, getenv func(string) string, version string) error {
+	opts, err := tracerOptions(ctx, getenv, version)
+	if err != nil {
+		return err
+	}
+	return sdktrace.NewTracerProvider(opts...).Shutdown(ctx)
+}
+
+// tracerOptions reads the OTEL_* settings SetupTracing documents into a tracer provider's
+// options, building the exporter when spans are exported.
+func tracerOptions(ctx context.Context, getenv func(string) string, version string) ([]sdktrace.TracerProviderOption, error) {
 	export, err := otlpWanted(getenv)
 	if err != nil {
 		return nil, err
@@ -81,10 +105,7 @@ func SetupTracing(ctx context.Context, getenv func(string) string, version strin
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	tp := sdktrace.NewTracerProvider(opts...)
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return tp.Shutdown, nil
+	return opts, nil
 }
 
 // LogTracingErrors sends what the OpenTelemetry SDK reports (an export that failed, a span

@@ -23,7 +23,6 @@ import (
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
-	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
 	"github.com/payrouter/payrouter/memstore"
@@ -62,8 +61,11 @@ func loadConfigFile(cmd, path string, getenv func(string) string) (*config.Confi
 
 // check is `payrouter check`: validate, then print the capacity arithmetic and warnings.
 func check(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, _, err := loadConfig("check", args, getenv, stderr)
+	cfg, path, err := loadConfig("check", args, getenv, stderr)
 	if err != nil {
+		return err
+	}
+	if err := validateStart(context.Background(), path, cfg, getenv); err != nil {
 		return err
 	}
 	_, err = cfg.Check().WriteTo(stdout)
@@ -103,6 +105,9 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	if err != nil {
 		return err
 	}
+	if err := validateStart(ctx, *path, cfg, getenv); err != nil {
+		return err
+	}
 	if cfg.State.RedisURL == "" {
 		return usageError("probe: a prober beside the instances shares their breakers through state.redis_url; it is empty")
 	}
@@ -125,7 +130,12 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
 		}
-		go srv.Serve(ln)
+		go func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("probe.listen_failed", "listen", *listen, "err", err.Error(),
+					"then", "probing goes on without /metrics and /healthz")
+			}
+		}()
 		defer srv.Close()
 	}
 	log.Info("probe.running", "gateways", a.prober.Gateways(), "holder", a.origin)
@@ -277,7 +287,9 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	if a.shared != nil {
 		leases = a.shared
 	}
-	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{Leases: leases, Holder: a.origin, Log: log})
+	a.prober = resilience.NewProber(a.domains, a.checks, a.obs, resilience.ProberOptions{
+		Leases: leases, Holder: a.origin, Log: log, Failed: a.metrics.CoordinationFailed,
+	})
 
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
@@ -372,7 +384,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	var settings []resilience.GatewaySettings
 	if err == nil {
 		next = config.Reloadable(running, next)
-		err = a.dryRunAdapters(next)
+		err = dryRunAdapters(next)
 	}
 	if err == nil {
 		settings, err = gatewaySettings(next) // the TLS files, read again
@@ -441,25 +453,6 @@ func (a *app) reload(how string) (config.Changes, error) {
 	return changes, nil
 }
 
-// dryRunAdapters refuses a configuration whose adapters could not be built (a missing
-// credential, say), before anything changes. The adapters it builds are thrown away unused.
-func (a *app) dryRunAdapters(cfg *config.Config) error {
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, gatewayhttp.NewClient(refuseAll{})); err != nil {
-			return fmt.Errorf("gateways.%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// refuseAll is the transport of adapters built only to be checked: they never send.
-type refuseAll struct{}
-
-func (refuseAll) RoundTrip(*http.Request) (*http.Response, error) {
-	return nil, errors.New("payrouter: an adapter built to check the configuration sent a request")
-}
-
 // Reload is POST /admin/reload (httpapi.Reloader).
 func (a *app) Reload(context.Context) (config.Changes, error) { return a.reload("admin") }
 
@@ -476,7 +469,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 		bounds = append(bounds, memstore.WithBounds(a.cfg.State.Retention, a.cfg.State.MaxCharges))
 	}
 	mem := memstore.New(bounds...)
-	a.closers = append(a.closers, func() { mem.Close() })
+	a.closers = append(a.closers, a.closing("state.memory", mem.Close))
 	a.store, a.forced = mem, mem
 	if len(bounds) > 0 {
 		a.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
@@ -489,7 +482,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
 		}
-		a.closers = append(a.closers, func() { pg.Close() })
+		a.closers = append(a.closers, a.closing("state.database_url", pg.Close))
 		a.store = pg
 	}
 	if a.cfg.State.RedisURL == "" {
@@ -499,7 +492,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	a.closers = append(a.closers, func() { rs.Close() })
+	a.closers = append(a.closers, a.closing("state.redis_url", rs.Close))
 	a.shared = statestore.New(rs, statestore.Options{
 		Unavailable: redisstore.IsUnavailable,
 		Log:         a.log,
@@ -517,6 +510,7 @@ func (a *app) openStores(ctx context.Context, role string) error {
 	a.forced = a.shared
 	a.fleet = resilience.NewFleet(a.domains, a.shared, resilience.FleetOptions{
 		Origin: a.origin, Timeout: a.cfg.State.RedisTimeout, Up: a.shared.Up, Log: a.log,
+		Failed: a.metrics.CoordinationFailed,
 	})
 	// An instance started while a breaker is open comes back open; with Redis away it starts on
 	// local breakers, and /readyz says so.
@@ -587,6 +581,16 @@ func (a *app) close() {
 	}
 }
 
+// closing is a closer that logs what close returns: it is the last word on what a store did
+// with its connections, and nobody else hears it.
+func (a *app) closing(what string, close func() error) func() {
+	return func() {
+		if err := close(); err != nil {
+			a.log.Warn("close_failed", "what", what, "err", err.Error())
+		}
+	}
+}
+
 // routesOf turns the configured routes into routing's.
 func routesOf(cfg *config.Config) []routing.Route {
 	var out []routing.Route
@@ -613,6 +617,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	cfg, path, err := loadConfig("serve", args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if err := validateStart(ctx, path, cfg, getenv); err != nil {
+		return err // what `payrouter check` says of it
 	}
 	log := telemetry.NewLogger(stderr)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())

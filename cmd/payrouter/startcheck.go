@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/payrouter/payrouter/config"
+	"github.com/payrouter/payrouter/gateways"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+	"github.com/payrouter/payrouter/pgstore"
+	"github.com/payrouter/payrouter/redisstore"
+	"github.com/payrouter/payrouter/telemetry"
+)
+
+// validateStart is every refusal serve (and probe) can make of a configuration and its
+// environment before it opens a store, binds a port or calls a gateway, beyond what config.Load
+// refuses: the tracing settings, each gateway's TLS files and its adapter's own requirements (a
+// credentials.api_key that expanded to nothing), and the state URLs as their clients parse them.
+// `payrouter check` runs exactly this after config.Load, so a configuration check passes is one
+// serve starts on, short of what only the network can say (a database that does not answer, a
+// port in use). It dials nothing.
+func validateStart(ctx context.Context, path string, cfg *config.Config, getenv func(string) string) error {
+	refuse := func(err error) error { return &exitError{code: 2, err: fmt.Errorf("%s: %w", path, err)} }
+	if err := telemetry.CheckTracing(ctx, getenv, telemetry.BuildVersion()); err != nil {
+		return refuse(err)
+	}
+	if _, err := gatewaySettings(cfg); err != nil {
+		return refuse(err)
+	}
+	if err := dryRunAdapters(cfg); err != nil {
+		return refuse(err)
+	}
+	if url := cfg.State.DatabaseURL; url != "" {
+		if err := pgstore.CheckURL(url); err != nil {
+			return refuse(fmt.Errorf("state.database_url: %w", err))
+		}
+	}
+	if url := cfg.State.RedisURL; url != "" {
+		if err := redisstore.CheckURL(url); err != nil {
+			return refuse(err)
+		}
+	}
+	return nil
+}
+
+// dryRunAdapters refuses a configuration whose adapters could not be built (a missing
+// credential, say), before anything changes: validateStart at start, reload before it applies a
+// file. The adapters it builds are thrown away unused.
+func dryRunAdapters(cfg *config.Config) error {
+	for _, name := range cfg.GatewayNames {
+		g := cfg.Gateways[name]
+		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, gatewayhttp.NewClient(refuseAll{})); err != nil {
+			return fmt.Errorf("gateways.%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// refuseAll is the transport of adapters built only to be checked: they never send.
+type refuseAll struct{}
+
+func (refuseAll) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("payrouter: an adapter built to check the configuration sent a request")
+}
