@@ -17,6 +17,7 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // chargeView is the charge object of CONTRACT.md: what the storefront sees of a charge.
@@ -82,7 +83,7 @@ type answer struct {
 	header map[string]string
 	body   []byte
 	// charge, when set, is a charge whose final state idempotent stores with the answer, in one
-	// step (the Router leaves it: routing.Config.LeaveFinalSave).
+	// step (the Router leaves it: routing.FinalState).
 	charge *payrouter.Charge
 }
 
@@ -412,9 +413,8 @@ func idFor(prefix, scope, key string) string {
 func (s *server) runCharge(c echo.Context, id, owner string, in chargeInput, hold payrouter.Hold) (answer, error) {
 	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, owner, in, hold))
 	a, aerr := s.chargeAnswer(c, ch, err)
-	var u *fallback.Unavailable
-	if aerr == nil && s.Router.LeavesFinalSave() && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
-		a.charge = ch // a gateway was called: its final state is stored with the answer
+	if aerr == nil {
+		a.charge = routing.FinalState(ch, err) // a gateway was called: its final state is stored with the answer
 	}
 	return a, aerr
 }

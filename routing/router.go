@@ -24,11 +24,9 @@ type Router struct {
 	log     *slog.Logger
 	now     func() time.Time
 	rnd     func(n int) int
-	// leaveFinalSave: Config.LeaveFinalSave.
-	leaveFinalSave bool
-	refunds        payrouter.RefundStore
-	queue          payrouter.Queue
-	obs            Observer
+	refunds payrouter.RefundStore
+	queue   payrouter.Queue
+	obs     Observer
 	// late counts the attempts left running in the background when their charge answered.
 	late sync.WaitGroup
 }
@@ -52,9 +50,6 @@ func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
 func (nopObserver) HedgeDone(string)                                       {}
 func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
 
-// LeavesFinalSave reports whether the caller stores each charge's final state (Config.LeaveFinalSave).
-func (r *Router) LeavesFinalSave() bool { return r.leaveFinalSave }
-
 // Config is what a Router needs.
 type Config struct {
 	Routes   []Route
@@ -65,12 +60,6 @@ type Config struct {
 	// longer.
 	Budget time.Duration
 	Log    *slog.Logger
-	// LeaveFinalSave leaves storing a charge's final state to the caller, which stores it with
-	// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one round
-	// trip to Redis less per charge. The charge is still stored as processing before its first
-	// gateway call, whatever this says. The caller must store the final state of every charge
-	// Charge returns with a nil error, and of an Unavailable with a ChargeID.
-	LeaveFinalSave bool
 	// Refunds keeps refunds; Queue keeps the money work done later: queued refunds, voids of
 	// approvals no charge keeps, rechecks of attempts that may be approved late.
 	Refunds payrouter.RefundStore
@@ -96,7 +85,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		domains: cfg.Domains, charges: cfg.Charges,
-		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, leaveFinalSave: cfg.LeaveFinalSave,
+		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN,
 		refunds: cfg.Refunds, queue: cfg.Queue, obs: cfg.Observer,
 	}
 	if r.obs == nil {
@@ -172,13 +161,14 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Charge runs a new charge: tried at each candidate gateway under the failover rules, stored as
-// processing just before the first gateway call (so that a crash mid-call leaves it for
-// reconciliation) and stored again with its final answer. A charge no gateway was called for is
-// never stored: during an outage the fast 503 path writes nothing. It returns the charge, or a
-// *fallback.Unavailable when no gateway could take it. The budget runs from the call, and a caller
-// that goes away does not cancel gateway calls under way: a charge cut off mid-call would become
-// an unknown outcome.
+// Charge runs a new charge: tried at each candidate gateway under the failover rules, and stored
+// as processing just before the first gateway call (so that a crash mid-call leaves it for
+// reconciliation). Its final state is the caller's to store (FinalState says which charge), with
+// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one write per
+// charge less. A charge no gateway was called for is never stored: during an outage the fast
+// 503 path writes nothing. It returns the charge, or a *fallback.Unavailable when no gateway
+// could take it. The budget runs from the call, and a caller that goes away does not cancel
+// gateway calls under way: a charge cut off mid-call would become an unknown outcome.
 func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
 	tab := r.table()
 	route, candidates, err := r.candidates(tab, c)
@@ -206,14 +196,6 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	if run.stored {
 		c.UpdatedAt = r.now().UTC()
 	}
-	if run.stored && !r.leaveFinalSave {
-		// The answer is stored even when the budget ran out: the caller is told about it.
-		saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancelSave()
-		if err := r.charges.SaveCharge(saveCtx, c); err != nil {
-			r.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
-		}
-	}
 	if unavailable {
 		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, r.openUntil, r.now())
 		if run.stored {
@@ -222,6 +204,17 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		return c, u
 	}
 	return c, nil
+}
+
+// FinalState returns the charge whose final state the caller of Charge must store, given what
+// Charge returned: the charge when a gateway was called for it (a nil error, or an Unavailable
+// with a ChargeID), nil when nothing is to be stored.
+func FinalState(c *payrouter.Charge, err error) *payrouter.Charge {
+	var u *fallback.Unavailable
+	if c != nil && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
+		return c
+	}
+	return nil
 }
 
 // FastFail answers a charge that no gateway can take now, every candidate's charge breaker being

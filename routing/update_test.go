@@ -44,7 +44,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 	f.gw["ding"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_ding"}
 	held := newCharge()
 	held.Capture = false
-	if _, err := f.router.Charge(context.Background(), held); err != nil || held.Gateway != "ding" {
+	if _, err := charge(context.Background(), f.router, held); err != nil || held.Gateway != "ding" {
 		t.Fatalf("before the reload: %v at %q", err, held.Gateway)
 	}
 	if err := f.store.SaveCharge(context.Background(), held); err != nil {
@@ -57,7 +57,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 	}
 	c := newCharge()
 	c.ID = "ch_after"
-	if _, err := f.router.Charge(context.Background(), c); err != nil || c.Gateway != "adyen" {
+	if _, err := charge(context.Background(), f.router, c); err != nil || c.Gateway != "adyen" {
 		t.Errorf("a charge after the reload: %v at %q, want the new gateway", err, c.Gateway)
 	}
 	pinned := newCharge()
@@ -87,7 +87,7 @@ func TestChargeUnderWayFinishesOnItsConfiguration(t *testing.T) {
 	done := make(chan error)
 	c := newCharge()
 	go func() {
-		_, err := f.router.Charge(context.Background(), c)
+		_, err := charge(context.Background(), f.router, c)
 		done <- err
 	}()
 	<-started

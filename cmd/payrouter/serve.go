@@ -281,7 +281,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
-		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
+		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
 	})
