@@ -113,8 +113,8 @@ func (l *latencies) p95() (time.Duration, bool) {
 // recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
-func (r *Router) recordAttempt(gateway string, res payrouter.Result, d time.Duration) {
-	st := r.table().stats[gateway]
+func (t *table) recordAttempt(now time.Time, gateway string, res payrouter.Result, d time.Duration) {
+	st := t.stats[gateway]
 	if st == nil {
 		return
 	}
@@ -126,20 +126,20 @@ func (r *Router) recordAttempt(gateway string, res payrouter.Result, d time.Dura
 			return
 		}
 	case payrouter.OutcomeSucceeded:
-		st.approvals.add(r.now(), true)
+		st.approvals.add(now, true)
 	case payrouter.OutcomeDeclined:
-		st.approvals.add(r.now(), false)
+		st.approvals.add(now, false)
 	}
 	st.latency.add(d)
 }
 
 // hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
 // without enough samples yet).
-func (r *Router) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
+func (t *table) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
 	if !h.P95 {
 		return h.After, h.After > 0
 	}
-	if st := r.table().stats[gateway]; st != nil {
+	if st := t.stats[gateway]; st != nil {
 		return st.latency.p95()
 	}
 	return 0, false
@@ -236,7 +236,7 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 	if deadline, ok := ctx.Deadline(); ok {
 		h.deadline = deadline
 	} else {
-		h.deadline = run.now().Add(run.budget)
+		h.deadline = run.r.now().Add(run.r.budget)
 	}
 
 	var (
@@ -261,7 +261,7 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 		}
 		for _, f := range live {
 			if !f.hedge && !f.rechecked {
-				h.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.now()))
+				h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
 				f.rechecked = true
 			}
 		}
@@ -282,7 +282,7 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 			if hedgeCalled || len(candidates)-next < 2 || !budget.has() {
 				return candidates[next:], false
 			}
-			delay, ok := run.hedgeDelay(policy, candidates[next])
+			delay, ok := run.tab.hedgeDelay(policy, candidates[next])
 			if !ok {
 				return candidates[next:], false
 			}
@@ -336,14 +336,14 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	snapshot.Attempts = slices.Clone(c.Attempts)
 	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
 	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
-	f := &flight{name: name, gw: h.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.now()}
+	f := &flight{name: name, gw: h.tab.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
 
 	req := payrouter.ChargeRequest{
 		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
 		Capture: false, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
 	}
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
-	guard := h.set.Guard(name, payrouter.OpCharge)
+	guard := h.tab.set.Guard(name, payrouter.OpCharge)
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
 	go func() {
 		defer cancel()
@@ -353,7 +353,7 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 			}
 			return f.gw.Authorize(ctx, req)
 		})
-		h.recordAttempt(name, res, d)
+		h.tab.recordAttempt(h.r.now(), name, res, d)
 		a := flightAnswer{f: f, own: res.Outcome, res: res, d: d}
 		if res.Outcome.MayHaveProcessed() && !h.decided.Load() {
 			a.res = h.resolve(callCtx, &look, f.gw, name, ref)
@@ -376,7 +376,7 @@ func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Cha
 	if h.storeErr != nil {
 		return false
 	}
-	if err := h.charges.SaveCharge(ctx, snapshot); err != nil {
+	if err := h.r.charges.SaveCharge(ctx, snapshot); err != nil {
 		h.storeErr = err
 		return false
 	}
@@ -402,13 +402,13 @@ func (h *hedgedRun) record(a flightAnswer) {
 	if a.called() {
 		at.Reference = a.f.ref
 		if a.res.Outcome != payrouter.OutcomeSucceeded {
-			h.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
+			h.r.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 				"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "detail", a.res.Detail)
 		}
 	}
 	if a.resolved == payrouter.TxNotFound {
 		// Never received: a gateway may still process it late, so it is looked up again.
-		h.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.timeout(a.f.name, payrouter.OpCharge))
+		h.r.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.timeout(a.f.name, payrouter.OpCharge))
 	}
 }
 
@@ -473,7 +473,7 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 	for i := range answered {
 		if a := &answered[i]; a != keep && kindOf(*a) == maybe && !a.f.rechecked {
-			h.releaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
+			h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
 		}
 	}
 	if len(live) > 0 {
@@ -481,16 +481,16 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 
 	if win == nil {
-		h.settle(h.c, keep.f.name, keep.f.ref, keep.res)
+		applyAnswer(h.c, keep.f.name, keep.f.ref, keep.res)
 		return true
 	}
-	h.settle(h.c, win.f.name, win.f.ref, win.res)
+	applyAnswer(h.c, win.f.name, win.f.ref, win.res)
 	if hedged {
 		result := "won_primary"
 		if win.f.hedge {
 			result = "won_hedge"
 		}
-		h.obs.HedgeDone(result)
+		h.r.obs.HedgeDone(result)
 	}
 	h.completeWinner(ctx, win)
 	return true
@@ -513,7 +513,7 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		Reference: win.f.ref + "-capture", ChargeReference: win.f.ref, GatewayReference: win.res.GatewayReference,
 		Amount: c.Amount, Currency: c.Currency,
 	}
-	res, _ := h.domains.Guard(win.f.name, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res, _ := h.tab.set.Guard(win.f.name, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
 		return win.f.gw.Capture(ctx, req)
 	})
 	if res.Outcome == payrouter.OutcomeSucceeded {
@@ -521,7 +521,7 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		return
 	}
 	c.Status = payrouter.StatusProcessing
-	h.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
+	h.r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
 		"detail", res.Detail, "then", "processing: the reconciler captures the authorization")
 }
 
@@ -536,25 +536,26 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 		c.Attempts[f.index].Outcome = payrouter.OutcomeUnknown // not known when the charge answered
 		c.Attempts[f.index].Reference = f.ref
 		if !f.rechecked {
-			left := max(f.start.Add(h.timeout(f.name, payrouter.OpCharge)).Sub(h.now()), 0)
-			h.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
+			left := max(f.start.Add(h.tab.timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
+			h.r.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
 		}
 	}
-	answers, router, n := h.answers, h.Router, len(live)
+	answers, router, tab, n := h.answers, h.r, h.tab, len(live)
 	router.late.Go(func() {
 		for range n {
 			a := <-answers // every flight answers by its deadline
-			router.finishLate(keep, a)
+			router.finishLate(tab, keep, a)
 		}
 	})
 }
 
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
-// approval is voided at once (or queued until it is), and the stored charge shows how it ended.
-func (r *Router) finishLate(c *payrouter.Charge, a flightAnswer) {
+// approval is voided at once, through the domains of the charge's table (or queued until it is),
+// and the stored charge shows how it ended.
+func (r *Router) finishLate(tab *table, c *payrouter.Charge, a flightAnswer) {
 	voided := false
 	if a.res.Outcome == payrouter.OutcomeSucceeded {
-		voided = r.voidApproval(c, a.f, a.res.GatewayReference)
+		voided = r.voidApproval(tab, c, a.f, a.res.GatewayReference)
 	}
 	r.log.Info("charge.late_answer", "charge_id", c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
@@ -567,14 +568,14 @@ func (r *Router) finishLate(c *payrouter.Charge, a flightAnswer) {
 
 // voidApproval voids an approval no charge keeps, through the gateway's void guard; a void that
 // fails is queued (TaskVoid) and retried until it is done. It reports whether it is voided now.
-func (r *Router) voidApproval(c *payrouter.Charge, f *flight, gwRef string) bool {
+func (r *Router) voidApproval(tab *table, c *payrouter.Charge, f *flight, gwRef string) bool {
 	r.obs.HedgeDone("voided")
 	req := payrouter.TxRequest{
 		Reference: f.ref + "-void", ChargeReference: f.ref, GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout(f.name, payrouter.OpVoid))
+	ctx, cancel := context.WithTimeout(context.Background(), tab.timeout(f.name, payrouter.OpVoid))
 	defer cancel()
-	res, _ := r.domains.Guard(f.name, payrouter.OpVoid).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res, _ := tab.set.Guard(f.name, payrouter.OpVoid).Do(ctx, func(ctx context.Context) payrouter.Result {
 		return f.gw.Void(ctx, req)
 	})
 	if res.Outcome == payrouter.OutcomeSucceeded {

@@ -603,13 +603,13 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		}
 	case payrouter.TxAuthorized:
 		if !c.Capture {
-			r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+			applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
 			break
 		}
 		// The charge asked for a capture, and only the authorization is known to have happened.
 		captured, ok := r.captureProcessing(ctx, c, gw, res)
 		if ok {
-			r.settle(c, c.Gateway, c.Reference, captured)
+			applyAnswer(c, c.Gateway, c.Reference, captured)
 		}
 	case payrouter.TxVoided:
 		c.Status = payrouter.StatusVoided
@@ -618,9 +618,9 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		// Captured, then refunded at the gateway without payrouter: shown as the gateway has
 		// it, never as plainly succeeded.
 		r.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
-		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+		applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
-		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+		applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
 	}
 	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
 

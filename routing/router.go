@@ -185,7 +185,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	run := chargeRun{Router: r, table: tab, c: c}
+	run := chargeRun{r: r, tab: tab, c: c}
 	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
@@ -197,7 +197,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		c.UpdatedAt = r.now().UTC()
 	}
 	if unavailable {
-		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, r.openUntil, r.now())
+		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, tab.openUntil, r.now())
 		if run.stored {
 			u.ChargeID = c.ID
 		}
@@ -246,7 +246,7 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		}
 		attempts = append(attempts, payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d})
 	}
-	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, r.openUntil, r.now()), true
+	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.openUntil, r.now()), true
 }
 
 // existing looks for a charge stored under c's id before: its request's instance died mid-call,
@@ -278,10 +278,12 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 	return prev, true, nil
 }
 
-// chargeRun is one charge on its way through its candidate gateways.
+// chargeRun is one charge on its way through its candidate gateways. Every gateway call it makes
+// goes through tab, the table it started with: a reload under way changes none of its routes,
+// adapters or domains (guards, timeouts, breakers).
 type chargeRun struct {
-	*Router
-	*table   // the routes, adapters and domains it started with
+	r        *Router
+	tab      *table
 	c        *payrouter.Charge
 	stored   bool  // the charge is in the store: a gateway was about to be called
 	storeErr error // storing it failed, so no gateway was called
@@ -299,7 +301,7 @@ func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) 
 		return true
 	}
 	c.Gateway, c.Reference = gateway, ref
-	if err := run.charges.SaveCharge(ctx, c); err != nil {
+	if err := run.r.charges.SaveCharge(ctx, c); err != nil {
 		run.storeErr = err
 		return false
 	}
@@ -322,8 +324,8 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	}
 	c := run.c
 	for _, name := range candidates {
-		gw := run.gateways[name]
-		guard := run.set.Guard(name, payrouter.OpCharge)
+		gw := run.tab.gateways[name]
+		guard := run.tab.set.Guard(name, payrouter.OpCharge)
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
 		req := payrouter.ChargeRequest{
 			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
@@ -338,14 +340,14 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		if run.storeErr != nil {
 			return false
 		}
-		run.recordAttempt(name, res, d)
+		run.tab.recordAttempt(run.r.now(), name, res, d)
 		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
 		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
 			a.Reference = ref // the gateway was called with it
 			if res.Outcome != payrouter.OutcomeSucceeded {
 				// Refusals without a call are counted by the metrics, not logged one by one: an
 				// outage at full traffic must not flood the logs.
-				run.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
+				run.r.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
 					"duration_ms", d.Milliseconds(), "detail", res.Detail)
 			}
 		}
@@ -358,7 +360,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				// The gateway never had it: safe to try the next one. A gateway may still
 				// process a request it got late, so the attempt is looked up again later and
 				// an approval found then is voided.
-				run.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.timeout(name, payrouter.OpCharge))
+				run.r.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.timeout(name, payrouter.OpCharge))
 				continue
 			}
 		}
@@ -366,7 +368,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
 			continue
 		}
-		run.settle(c, name, ref, res)
+		applyAnswer(c, name, ref, res)
 		return false
 	}
 	// No gateway took it: the charge names none (storeBeforeCall named the last one called).
@@ -374,11 +376,12 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	return true
 }
 
-// resolve asks the gateway that may have processed a charge what became of it, within the budget.
-// A look-up that fails leaves the outcome unknown: the charge stays processing for the reconciler,
-// and nothing goes to another gateway.
-func (r *Router) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
-	guard := r.domains.Guard(name, payrouter.OpStatus)
+// resolve asks the gateway that may have processed a charge what became of it, within the budget,
+// through the status guard of the charge's table. A look-up that fails leaves the outcome
+// unknown: the charge stays processing for the reconciler, and nothing goes to another gateway.
+func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
+	r := run.r
+	guard := run.tab.set.Guard(name, payrouter.OpStatus)
 	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
 	res, _ := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) })
 	if res.Outcome != payrouter.OutcomeSucceeded {
@@ -409,8 +412,8 @@ func outcomeOfState(res payrouter.Result) payrouter.Result {
 	return res
 }
 
-// settle records the answer of the gateway that decided the charge.
-func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.Result) {
+// applyAnswer records the answer of the gateway that decided the charge.
+func applyAnswer(c *payrouter.Charge, gateway, ref string, res payrouter.Result) {
 	c.Gateway = gateway
 	c.Reference = ref
 	c.GatewayReference = res.GatewayReference
@@ -440,15 +443,21 @@ func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.
 	}
 }
 
-// timeout is the configured timeout of one operation of a gateway.
+// timeout is the configured timeout of one operation of a gateway, in the live configuration.
 func (r *Router) timeout(gateway string, op payrouter.Operation) time.Duration {
-	s, _ := r.domains.Settings(gateway)
+	return r.table().timeout(gateway, op)
+}
+
+// timeout is the timeout of one operation of a gateway in t's domains.
+func (t *table) timeout(gateway string, op payrouter.Operation) time.Duration {
+	s, _ := t.set.Settings(gateway)
 	return s.TimeoutFor(op)
 }
 
-// openUntil is when the charge breaker of a gateway reopens (zero when not open by a trip).
-func (r *Router) openUntil(gateway string) time.Time {
-	if b := r.domains.Breaker(gateway, payrouter.OpCharge); b != nil {
+// openUntil is when the charge breaker of a gateway in t's domains reopens (zero when not open by
+// a trip).
+func (t *table) openUntil(gateway string) time.Time {
+	if b := t.set.Breaker(gateway, payrouter.OpCharge); b != nil {
 		return b.OpenUntil()
 	}
 	return time.Time{}
