@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/resilience"
 )
 
 // Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
@@ -113,24 +112,18 @@ func (l *latencies) p95() (time.Duration, bool) {
 // recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
-func (t *table) recordAttempt(now time.Time, gateway string, res payrouter.Result, d time.Duration) {
-	st := t.stats[gateway]
-	if st == nil {
+func (t *table) recordAttempt(now time.Time, res callResult) {
+	st := t.stats[res.gateway]
+	if st == nil || !res.called {
 		return
 	}
 	switch res.Outcome {
-	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
-		return
-	case payrouter.OutcomeError:
-		if res.Detail == notCalled.Detail {
-			return
-		}
 	case payrouter.OutcomeSucceeded:
 		st.approvals.add(now, true)
 	case payrouter.OutcomeDeclined:
 		st.approvals.add(now, false)
 	}
-	st.latency.add(d)
+	st.latency.add(res.d)
 }
 
 // hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
@@ -174,22 +167,11 @@ type flight struct {
 // it may have processed the charge and the charge was still waiting for it.
 type flightAnswer struct {
 	f        *flight
+	called   bool              // the gateway was asked (callResult.called)
 	own      payrouter.Outcome // the gateway's answer to the call itself
 	res      payrouter.Result  // that answer, or what a status look-up made of it
 	d        time.Duration
 	resolved payrouter.TxState // what a status look-up found; "" when none was made
-}
-
-// called reports whether the gateway was asked (not refused by its breaker or bulkhead, nor
-// abandoned because the charge could not be stored).
-func (a flightAnswer) called() bool {
-	switch a.res.Outcome {
-	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
-		return false
-	case payrouter.OutcomeError:
-		return a.res.Detail != notCalled.Detail
-	}
-	return true
 }
 
 // hedgedRun is a charge on a hedged route while its authorize-only attempts run.
@@ -299,7 +281,7 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 		case a := <-h.answers:
 			live = slices.DeleteFunc(live, func(f *flight) bool { return f == a.f })
 			h.record(a)
-			if a.f.hedge && !a.called() && !h.storeFailed() {
+			if a.f.hedge && !a.called && !h.storeFailed() {
 				budget.giveBack()
 				if len(live) > 0 {
 					startHedge() // the next candidate whose guard admits it
@@ -338,23 +320,17 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
 	f := &flight{name: name, gw: h.tab.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
 
-	req := payrouter.ChargeRequest{
-		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
-		Capture: false, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
-	}
+	req := authorization(c, ref, false)
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
-	guard := h.tab.set.Guard(name, payrouter.OpCharge)
+	call := h.tab.call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return f.gw.Authorize(ctx, req) })
+	call.attempt, call.hedge = f.index+1, hedge
+	call.before = func(ctx context.Context) bool { return h.storeBeforeCall(ctx, &snapshot) }
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
 	go func() {
 		defer cancel()
-		res, d := guard.Do(resilience.WithAttempt(callCtx, f.index+1, hedge), func(ctx context.Context) payrouter.Result {
-			if !h.storeBeforeCall(ctx, &snapshot) {
-				return notCalled
-			}
-			return f.gw.Authorize(ctx, req)
-		})
-		h.tab.recordAttempt(h.r.now(), name, res, d)
-		a := flightAnswer{f: f, own: res.Outcome, res: res, d: d}
+		res := call.do(callCtx)
+		h.tab.recordAttempt(h.r.now(), res)
+		a := flightAnswer{f: f, called: res.called, own: res.Outcome, res: res.Result, d: res.d}
 		if res.Outcome.MayHaveProcessed() && !h.decided.Load() {
 			a.res = h.resolve(callCtx, &look, f.gw, name, ref)
 			a.resolved = a.res.State
@@ -399,7 +375,7 @@ func (h *hedgedRun) storeFailed() bool {
 func (h *hedgedRun) record(a flightAnswer) {
 	at := &h.c.Attempts[a.f.index]
 	at.Outcome, at.Duration, at.Resolved = a.own, a.d, a.resolved
-	if a.called() {
+	if a.called {
 		at.Reference = a.f.ref
 		if a.res.Outcome != payrouter.OutcomeSucceeded {
 			h.r.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
@@ -510,12 +486,12 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		return
 	}
 	req := payrouter.TxRequest{
-		Reference: win.f.ref + "-capture", ChargeReference: win.f.ref, GatewayReference: win.res.GatewayReference,
-		Amount: c.Amount, Currency: c.Currency,
+		Reference: payrouter.OperationReference(win.f.ref, payrouter.OpCapture), ChargeReference: win.f.ref,
+		GatewayReference: win.res.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, _ := h.tab.set.Guard(win.f.name, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := h.tab.call(win.f.name, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return win.f.gw.Capture(ctx, req)
-	})
+	}).do(ctx)
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		c.Status = payrouter.StatusSucceeded
 		return
@@ -571,13 +547,14 @@ func (r *Router) finishLate(tab *table, c *payrouter.Charge, a flightAnswer) {
 func (r *Router) voidApproval(tab *table, c *payrouter.Charge, f *flight, gwRef string) bool {
 	r.obs.HedgeDone("voided")
 	req := payrouter.TxRequest{
-		Reference: f.ref + "-void", ChargeReference: f.ref, GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency,
+		Reference: payrouter.OperationReference(f.ref, payrouter.OpVoid), ChargeReference: f.ref, GatewayReference: gwRef,
+		Amount: c.Amount, Currency: c.Currency,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tab.timeout(f.name, payrouter.OpVoid))
 	defer cancel()
-	res, _ := tab.set.Guard(f.name, payrouter.OpVoid).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.call(f.name, payrouter.OpVoid, req.Reference, func(ctx context.Context) payrouter.Result {
 		return f.gw.Void(ctx, req)
-	})
+	}).do(ctx)
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		return true
 	}

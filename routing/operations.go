@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -52,10 +53,10 @@ func storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
-// gatewayOf returns the adapter of the gateway that holds the charge.
-func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
-	gw := r.table().gateways[c.Gateway]
-	if gw == nil || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+// gatewayOf returns the adapter of the gateway that holds the charge, in tab.
+func gatewayOf(tab *table, c *payrouter.Charge) (payrouter.Gateway, error) {
+	gw := tab.gateways[c.Gateway]
+	if gw == nil || tab.set.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		return nil, fmt.Errorf("charge %s is held by gateway %q, which is not configured", c.ID, c.Gateway)
 	}
 	return gw, nil
@@ -63,10 +64,10 @@ func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
 
 // unavailable is the Fail fallback of op on a charge: the one attempt made, and when to come back
 // (the op's breaker at that gateway).
-func (r *Router) unavailable(op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
+func (r *Router) unavailable(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
 	r.obs.FallbackUsed(op, fallback.Fail)
 	reopens := func(gateway string) time.Time {
-		if b := r.domains.Breaker(gateway, op); b != nil {
+		if b := tab.set.Breaker(gateway, op); b != nil {
 			return b.OpenUntil()
 		}
 		return time.Time{}
@@ -74,24 +75,15 @@ func (r *Router) unavailable(op payrouter.Operation, c *payrouter.Charge, a payr
 	return fallback.NewUnavailable(op, c.ID, []payrouter.Attempt{a}, reopens, r.now())
 }
 
-// attemptOf records one call of an operation; the reference only when the gateway was called.
-func attemptOf(gateway, ref string, res payrouter.Result, d time.Duration) payrouter.Attempt {
-	a := payrouter.Attempt{Gateway: gateway, Outcome: res.Outcome, Duration: d}
-	if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
-		a.Reference = ref
-	}
-	return a
-}
-
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
-func (r *Router) lookUp(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway) (payrouter.Result, time.Duration) {
+func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) callResult {
 	req := payrouter.TxRequest{
-		Reference: c.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
-		Amount: c.Amount, Currency: c.Currency,
+		Reference: payrouter.OperationReference(c.Reference, payrouter.OpStatus), ChargeReference: c.Reference,
+		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	return r.domains.Guard(c.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
+	return tab.call(c.Gateway, payrouter.OpStatus, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, req)
-	})
+	}).do(ctx)
 }
 
 // authorizationChange is capture or void: what ends a requires_capture charge.
@@ -148,38 +140,39 @@ func (r *Router) changeAuthorization(ctx context.Context, chargeID string, ch au
 	if c.Status != payrouter.StatusRequiresCapture {
 		return nil, payrouter.Errorf(payrouter.EState, "charge %s is %s: only a requires_capture charge can be %s", c.ID, c.Status, pastTense(ch.op))
 	}
-	gw, err := r.gatewayOf(c)
+	tab := r.table()
+	gw, err := gatewayOf(tab, c)
 	if err != nil {
 		return nil, err
 	}
 	req := payrouter.TxRequest{
-		Reference: c.Reference + "-" + string(ch.op), ChargeReference: c.Reference,
+		Reference: payrouter.OperationReference(c.Reference, ch.op), ChargeReference: c.Reference,
 		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, d := r.domains.Guard(c.Gateway, ch.op).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.call(c.Gateway, ch.op, req.Reference, func(ctx context.Context) payrouter.Result {
 		return ch.send(gw, ctx, req)
-	})
-	a := attemptOf(c.Gateway, req.Reference, res, d)
+	}).do(ctx)
+	a := res.attempt()
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		return r.setStatus(ctx, c, ch.status)
 	case res.Outcome.NotSent():
-		return nil, r.unavailable(ch.op, c, a)
+		return nil, r.unavailable(tab, ch.op, c, a)
 	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
 		// It may have been applied: one look-up tells. When it cannot, the caller sends the same
 		// request again, which the reference makes safe.
-		look, _ := r.lookUp(ctx, c, gw)
+		look := lookUp(ctx, tab, c, gw)
 		if look.Outcome == payrouter.OutcomeSucceeded && ch.reach(look.State) {
 			r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
 			return r.setStatus(ctx, c, ch.status)
 		}
 		r.log.WarnContext(ctx, "charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "lookup_outcome", look.Outcome, "state", look.State, "detail", res.Detail)
-		return nil, r.unavailable(ch.op, c, a)
+		return nil, r.unavailable(tab, ch.op, c, a)
 	default: // declined, error: the gateway refused it
 		r.log.WarnContext(ctx, "charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "decline_code", res.DeclineCode, "detail", res.Detail)
-		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res))
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res.Result))
 	}
 }
 
@@ -285,7 +278,8 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	case amount == 0:
 		amount = left
 	}
-	gw, err := r.gatewayOf(c)
+	tab := r.table()
+	gw, err := gatewayOf(tab, c)
 	if err != nil {
 		return nil, err
 	}
@@ -301,30 +295,30 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	// process die between the two, the task finds no refund, and nothing was sent or promised;
 	// the other order left a pending refund that nothing would ever send (found by the chaos
 	// check: a refund answered 202 pending after its first instance was killed, never applied).
-	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+r.timeout(c.Gateway, payrouter.OpRefund))); err != nil {
+	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+tab.timeout(c.Gateway, payrouter.OpRefund))); err != nil {
 		return nil, fmt.Errorf("queueing the task that finishes refund %s of charge %s, before sending it: %w", rf.ID, c.ID, err)
 	}
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
 		return nil, fmt.Errorf("storing refund of charge %s before sending it: %w", c.ID, err)
 	}
-	res, d := r.sendRefund(ctx, gw, c, rf)
+	res := sendRefund(ctx, r.log, tab, gw, c, rf)
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := r.completeRefund(ctx, rf, res); err != nil {
+		if err := r.completeRefund(ctx, rf, res.Result); err != nil {
 			// The gateway applied it: the answer says so, and a retry of the request must not
 			// become a second refund, so this is no error for the caller.
 			r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
 		}
 		return rf, nil
 	case res.Outcome.NotSent():
-		if r.table().refundFallback != fallback.Queue {
+		if tab.refundFallback != fallback.Queue {
 			r.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
-			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.attempt())
 		}
 		if err := r.queueRefund(ctx, rf, false); err != nil {
 			// Nothing moved, so failing it is honest, and the caller may ask again.
 			r.failRefund(ctx, rf, "not sent, and could not be queued")
-			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.attempt())
 		}
 		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
 		return rf, nil
@@ -338,25 +332,25 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
 		return rf, nil
 	default: // declined, error
-		r.failRefund(ctx, rf, whyRefused(res))
-		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res))
+		r.failRefund(ctx, rf, whyRefused(res.Result))
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res.Result))
 	}
 }
 
-// sendRefund sends a refund through its gateway's refund guard, with its own reference.
-func (r *Router) sendRefund(ctx context.Context, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) (payrouter.Result, time.Duration) {
+// sendRefund sends a refund through its gateway's refund guard in tab, with its own reference.
+func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) callResult {
 	req := payrouter.TxRequest{
 		Reference: rf.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
 		Amount: rf.Amount, Currency: rf.Currency,
 	}
-	res, d := r.domains.Guard(rf.Gateway, payrouter.OpRefund).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.call(rf.Gateway, payrouter.OpRefund, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Refund(ctx, req)
-	})
+	}).do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
-			"outcome", res.Outcome, "duration_ms", d.Milliseconds(), "detail", res.Detail)
+		log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
+			"outcome", res.Outcome, "duration_ms", res.d.Milliseconds(), "detail", res.Detail)
 	}
-	return res, d
+	return res
 }
 
 // queueRefund marks the refund queued, then queues its task, in that order: the worker never
@@ -486,21 +480,22 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	if err != nil {
 		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
 	}
-	gw := r.table().gateways[rf.Gateway]
-	if gw == nil {
+	tab := r.table()
+	gw := tab.gateways[rf.Gateway]
+	if gw == nil || tab.set.Guard(rf.Gateway, payrouter.OpRefund) == nil {
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
 	}
-	res, _ := r.sendRefund(ctx, gw, c, rf)
+	res := sendRefund(ctx, r.log, tab, gw, c, rf)
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := r.completeRefund(ctx, rf, res); err != nil {
+		if err := r.completeRefund(ctx, rf, res.Result); err != nil {
 			return err // sent again later: the gateway answers the same, and it is stored then
 		}
 		return nil
 	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
 		return fmt.Errorf("%w: refund %s: %s", fallback.ErrLater, rf.ID, res.Outcome)
 	default: // declined, error: sending it again would be refused again
-		r.failRefund(ctx, rf, whyRefused(res))
+		r.failRefund(ctx, rf, whyRefused(res.Result))
 		return nil
 	}
 }
@@ -539,8 +534,8 @@ func (r *Router) Refresh(ctx context.Context, id string) (c *payrouter.Charge, s
 	if answered {
 		return c, false, nil
 	}
-	if r.table().statusFallback == fallback.Fail {
-		return nil, false, r.unavailable(payrouter.OpStatus, c, look)
+	if tab := r.table(); tab.statusFallback == fallback.Fail {
+		return nil, false, r.unavailable(tab, payrouter.OpStatus, c, look)
 	}
 	r.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
 	return c, true, nil
@@ -563,14 +558,15 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	if c.Status != payrouter.StatusProcessing {
 		return true, payrouter.Attempt{}, nil
 	}
-	gw := r.table().gateways[c.Gateway]
-	if gw == nil || c.Reference == "" || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+	tab := r.table()
+	gw := tab.gateways[c.Gateway]
+	if gw == nil || c.Reference == "" || tab.set.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		// Stored before its first call and never settled (the process stopped mid-call), or held
 		// by a gateway no longer configured: there is nothing this look-up can ask.
 		return false, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown}, nil
 	}
-	res, d := r.lookUp(ctx, c, gw)
-	look = attemptOf(c.Gateway, c.Reference, res, d)
+	found := lookUp(ctx, tab, c, gw)
+	look, res := found.attempt(), found.Result
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return false, look, nil
@@ -597,7 +593,7 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	case payrouter.TxNotFound:
 		// An attempt can still be on its way to the gateway until the budget of its request and
 		// the gateway's own timeout have passed: only then is "not found" an answer.
-		if r.now().Sub(c.CreatedAt) > r.budget+r.timeout(c.Gateway, payrouter.OpCharge) {
+		if r.now().Sub(c.CreatedAt) > r.budget+tab.timeout(c.Gateway, payrouter.OpCharge) {
 			c.Status = payrouter.StatusFailed
 			r.releaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, "", 0)
 		}
@@ -607,7 +603,7 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 			break
 		}
 		// The charge asked for a capture, and only the authorization is known to have happened.
-		captured, ok := r.captureProcessing(ctx, c, gw, res)
+		captured, ok := r.captureProcessing(ctx, tab, c, gw, res)
 		if ok {
 			applyAnswer(c, c.Gateway, c.Reference, captured)
 		}
@@ -645,17 +641,17 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 // captureProcessing captures a processing charge found authorized, with the reference Capture
 // uses. ok is false when the capture did not happen (the charge stays processing, and the next
 // look-up tries again).
-func (r *Router) captureProcessing(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
+func (r *Router) captureProcessing(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
 	req := payrouter.TxRequest{
-		Reference: c.Reference + "-" + string(payrouter.OpCapture), ChargeReference: c.Reference,
+		Reference: payrouter.OperationReference(c.Reference, payrouter.OpCapture), ChargeReference: c.Reference,
 		GatewayReference: found.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, _ := r.domains.Guard(c.Gateway, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.call(c.Gateway, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Capture(ctx, req)
-	})
+	}).do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
-		return res, false
+		return res.Result, false
 	}
 	return payrouter.Result{
 		Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured,

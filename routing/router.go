@@ -239,12 +239,14 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		// Through the guard, so that the refusal is counted and traced as Charge's would be;
 		// should the breaker have turned half-open since, the call it admits sends nothing
 		// (excluded from its counts, its trial handed back) and Charge decides instead.
-		res, d := tab.set.Guard(name, payrouter.OpCharge).Do(resilience.WithAttempt(ctx, i+1, false),
-			func(context.Context) payrouter.Result { return notCalled })
+		res := gatewayCall{
+			gateway: name, op: payrouter.OpCharge, guard: tab.set.Guard(name, payrouter.OpCharge), attempt: i + 1,
+			before: func(context.Context) bool { return false },
+		}.do(ctx)
 		if res.Outcome != payrouter.OutcomeBreakerOpen {
 			return nil, false
 		}
-		attempts = append(attempts, payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d})
+		attempts = append(attempts, res.attempt())
 	}
 	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.openUntil, r.now()), true
 }
@@ -309,10 +311,6 @@ func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) 
 	return true
 }
 
-// notCalled is the result of a call abandoned before the gateway was reached: excluded from the
-// breaker's counts like any malformed request of ours.
-var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}
-
 // attempt tries the candidates in order and leaves the charge's status set. It reports true when
 // no gateway took the charge and none may have: the charge's fallback answers.
 func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavailable bool) {
@@ -325,34 +323,25 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	c := run.c
 	for _, name := range candidates {
 		gw := run.tab.gateways[name]
-		guard := run.tab.set.Guard(name, payrouter.OpCharge)
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
-		req := payrouter.ChargeRequest{
-			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
-			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
-		}
-		res, d := guard.Do(resilience.WithAttempt(ctx, len(c.Attempts)+1, false), func(ctx context.Context) payrouter.Result {
-			if !run.storeBeforeCall(ctx, name, ref) {
-				return notCalled
-			}
-			return gw.Authorize(ctx, req)
-		})
+		req := authorization(c, ref, c.Capture)
+		call := run.tab.call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
+		call.attempt = len(c.Attempts) + 1
+		call.before = func(ctx context.Context) bool { return run.storeBeforeCall(ctx, name, ref) }
+		answer := call.do(ctx)
 		if run.storeErr != nil {
 			return false
 		}
-		run.tab.recordAttempt(run.r.now(), name, res, d)
-		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
-		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
-			a.Reference = ref // the gateway was called with it
-			if res.Outcome != payrouter.OutcomeSucceeded {
-				// Refusals without a call are counted by the metrics, not logged one by one: an
-				// outage at full traffic must not flood the logs.
-				run.r.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
-					"duration_ms", d.Milliseconds(), "detail", res.Detail)
-			}
+		run.tab.recordAttempt(run.r.now(), answer)
+		if answer.called && answer.Outcome != payrouter.OutcomeSucceeded {
+			// Refusals without a call are counted by the metrics, not logged one by one: an
+			// outage at full traffic must not flood the logs.
+			run.r.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", answer.Outcome,
+				"duration_ms", answer.d.Milliseconds(), "detail", answer.Detail)
 		}
-		c.Attempts = append(c.Attempts, a)
+		c.Attempts = append(c.Attempts, answer.attempt())
 
+		res := answer.Result
 		if res.Outcome.MayHaveProcessed() {
 			res = run.resolve(ctx, c, gw, name, ref)
 			c.Attempts[len(c.Attempts)-1].Resolved = res.State
@@ -376,20 +365,28 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	return true
 }
 
+// authorization is the request that authorizes c with reference ref, capturing it too when
+// capture is set.
+func authorization(c *payrouter.Charge, ref string, capture bool) payrouter.ChargeRequest {
+	return payrouter.ChargeRequest{
+		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
+		Capture: capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
+	}
+}
+
 // resolve asks the gateway that may have processed a charge what became of it, within the budget,
 // through the status guard of the charge's table. A look-up that fails leaves the outcome
 // unknown: the charge stays processing for the reconciler, and nothing goes to another gateway.
 func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
 	r := run.r
-	guard := run.tab.set.Guard(name, payrouter.OpStatus)
 	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
-	res, _ := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) })
+	res := run.tab.call(name, payrouter.OpStatus, ref, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) }).do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.WarnContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
 	}
 	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
-	return outcomeOfState(res)
+	return outcomeOfState(res.Result)
 }
 
 // outcomeOfState turns what a status look-up found into the outcome the charge came to: any
@@ -441,11 +438,6 @@ func applyAnswer(c *payrouter.Charge, gateway, ref string, res payrouter.Result)
 	default: // pending, timeout, unknown: not known yet
 		c.Status = payrouter.StatusProcessing
 	}
-}
-
-// timeout is the configured timeout of one operation of a gateway, in the live configuration.
-func (r *Router) timeout(gateway string, op payrouter.Operation) time.Duration {
-	return r.table().timeout(gateway, op)
 }
 
 // timeout is the timeout of one operation of a gateway in t's domains.

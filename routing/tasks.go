@@ -21,7 +21,7 @@ const RecheckFor = 5 * time.Minute
 // handed out again; the gateway reference it sends is the same every time, so no task is ever
 // applied twice at a gateway.
 func (r *Router) Work(ctx context.Context, t payrouter.Task) error {
-	if r.table().gateways[t.Gateway] == nil {
+	if tab := r.table(); tab.gateways[t.Gateway] == nil || tab.set.Guard(t.Gateway, payrouter.OpStatus) == nil {
 		// A gateway removed from the configuration: nothing can be sent there any more. The
 		// task stays for an instance that still knows the gateway, and ops see it in the log.
 		r.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
@@ -49,11 +49,15 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 	} else if keeps {
 		return nil // the charge's own attempt: never released, the reconciler resolves it
 	}
-	gw := r.table().gateways[t.Gateway]
-	look := payrouter.TxRequest{Reference: t.Reference, ChargeReference: t.Reference, GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency}
-	res, _ := r.domains.Guard(t.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
+	tab := r.table()
+	gw := tab.gateways[t.Gateway]
+	look := payrouter.TxRequest{
+		Reference: payrouter.OperationReference(t.Reference, payrouter.OpStatus), ChargeReference: t.Reference,
+		GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency,
+	}
+	res := tab.call(t.Gateway, payrouter.OpStatus, look.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, look)
-	})
+	}).do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: status look-up %s: %s", fallback.ErrLater, res.Outcome, res.Detail)
 	}
@@ -73,10 +77,10 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 		return nil
 	}
 	req := payrouter.TxRequest{
-		Reference: t.Reference + "-" + string(op), ChargeReference: t.Reference,
+		Reference: payrouter.OperationReference(t.Reference, op), ChargeReference: t.Reference,
 		GatewayReference: cmp.Or(res.GatewayReference, t.GatewayReference), Currency: t.Currency,
 	}
-	out, _ := r.domains.Guard(t.Gateway, op).Do(ctx, func(ctx context.Context) payrouter.Result { return send(ctx, req) })
+	out := tab.call(t.Gateway, op, req.Reference, func(ctx context.Context) payrouter.Result { return send(ctx, req) }).do(ctx)
 	if out.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: %s %s: %s", fallback.ErrLater, op, out.Outcome, out.Detail)
 	}
