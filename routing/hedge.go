@@ -220,85 +220,109 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 	} else {
 		h.deadline = run.r.now().Add(run.r.budget)
 	}
-
-	var (
-		live        []*flight      // started, not answered
-		answered    []flightAnswer // in the order they came
-		hedgeCalled bool           // a hedge was started (and not refused)
-		timer       *time.Timer
-		timerC      <-chan time.Time
-	)
-	stopTimer := func() {
-		if timer != nil {
-			timer.Stop()
-			timer, timerC = nil, nil
-		}
-	}
-	defer stopTimer()
-	next := 0
-	// startHedge starts the next candidate as a hedge of the live primary, if the budget pays.
-	startHedge := func() {
-		if next >= len(candidates) || !budget.take() {
-			return
-		}
-		for _, f := range live {
-			if !f.hedge && !f.rechecked {
-				h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
-				f.rechecked = true
-			}
-		}
-		live = append(live, h.launch(ctx, candidates[next], true))
-		next++
-	}
-
+	l := &hedgeLoop{h: h, policy: policy, budget: budget, candidates: candidates}
+	defer l.stopTimer()
 	for {
-		if len(live) == 0 {
-			if h.storeFailed() {
-				return nil, true
+		if len(l.live) == 0 {
+			if rest, done, wait := l.startPrimary(ctx); !wait {
+				return rest, done
 			}
-			if h.decide(ctx, answered, nil, hedgeCalled) {
-				return nil, true
-			}
-			// Nothing was processed anywhere. Before any hedge, the next candidate is the first
-			// gateway of a hedged charge again; after one, ordinary failover goes on.
-			if hedgeCalled || len(candidates)-next < 2 || !budget.has() {
-				return candidates[next:], false
-			}
-			delay, ok := run.tab.hedgeDelay(policy, candidates[next])
-			if !ok {
-				return candidates[next:], false
-			}
-			live = append(live, h.launch(ctx, candidates[next], false))
-			next++
-			timer = time.NewTimer(delay)
-			timerC = timer.C
 		}
-
 		select {
-		case <-timerC:
-			timer, timerC = nil, nil
-			startHedge()
+		case <-l.timerC:
+			l.timer, l.timerC = nil, nil
+			l.startHedge(ctx)
 		case a := <-h.answers:
-			live = slices.DeleteFunc(live, func(f *flight) bool { return f == a.f })
-			h.record(a)
-			if a.f.hedge && !a.called && !h.storeFailed() {
-				budget.giveBack()
-				if len(live) > 0 {
-					startHedge() // the next candidate whose guard admits it
-				}
-			} else if a.f.hedge {
-				hedgeCalled = true
-			}
-			answered = append(answered, a)
-			if len(live) == 0 {
-				stopTimer()
-			}
-			if a.res.Outcome == payrouter.OutcomeSucceeded {
-				h.decide(ctx, answered, live, hedgeCalled || hasHedge(live))
+			if l.answer(ctx, a) {
 				return nil, true
 			}
 		}
 	}
+}
+
+// hedgeLoop is what hedged keeps track of while a hedged charge's flights run.
+type hedgeLoop struct {
+	h          *hedgedRun
+	policy     *Hedge
+	budget     *hedgeBudget
+	candidates []string
+	next       int            // the next candidate to start
+	live       []*flight      // started, not answered
+	answered   []flightAnswer // in the order they came
+	// hedgeCalled: a hedge was started (and not refused).
+	hedgeCalled bool
+	timer       *time.Timer
+	timerC      <-chan time.Time
+}
+
+func (l *hedgeLoop) stopTimer() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer, l.timerC = nil, nil
+	}
+}
+
+// startPrimary runs when no flight is live: the charge is decided (or could not be stored), or
+// nothing was processed anywhere. Before any hedge, the next candidate then starts as the first
+// gateway of a hedged charge again, with the hedge timer (wait is true); after one, or when no
+// hedge could happen, ordinary failover goes on with rest.
+func (l *hedgeLoop) startPrimary(ctx context.Context) (rest []string, done, wait bool) {
+	h := l.h
+	if h.storeFailed() || h.decide(ctx, l.answered, nil, l.hedgeCalled) {
+		return nil, true, false
+	}
+	if l.hedgeCalled || len(l.candidates)-l.next < 2 || !l.budget.has() {
+		return l.candidates[l.next:], false, false
+	}
+	delay, ok := h.tab.hedgeDelay(l.policy, l.candidates[l.next])
+	if !ok {
+		return l.candidates[l.next:], false, false
+	}
+	l.live = append(l.live, h.launch(ctx, l.candidates[l.next], false))
+	l.next++
+	l.timer = time.NewTimer(delay)
+	l.timerC = l.timer.C
+	return nil, false, true
+}
+
+// startHedge starts the next candidate as a hedge of the live primary, if the budget pays.
+func (l *hedgeLoop) startHedge(ctx context.Context) {
+	h := l.h
+	if l.next >= len(l.candidates) || !l.budget.take() {
+		return
+	}
+	for _, f := range l.live {
+		if !f.hedge && !f.rechecked {
+			h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
+			f.rechecked = true
+		}
+	}
+	l.live = append(l.live, h.launch(ctx, l.candidates[l.next], true))
+	l.next++
+}
+
+// answer takes in one flight's answer; it reports true when the charge is decided (an approval).
+func (l *hedgeLoop) answer(ctx context.Context, a flightAnswer) bool {
+	h := l.h
+	l.live = slices.DeleteFunc(l.live, func(f *flight) bool { return f == a.f })
+	h.record(a)
+	if a.f.hedge && !a.called && !h.storeFailed() {
+		l.budget.giveBack()
+		if len(l.live) > 0 {
+			l.startHedge(ctx) // the next candidate whose guard admits it
+		}
+	} else if a.f.hedge {
+		l.hedgeCalled = true
+	}
+	l.answered = append(l.answered, a)
+	if len(l.live) == 0 {
+		l.stopTimer()
+	}
+	if a.res.Outcome == payrouter.OutcomeSucceeded {
+		h.decide(ctx, l.answered, l.live, l.hedgeCalled || hasHedge(l.live))
+		return true
+	}
+	return false
 }
 
 // hasHedge reports whether one of the flights is a hedge.

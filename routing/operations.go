@@ -244,25 +244,8 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 		return nil, err
 	}
 	if id != "" {
-		prev, err := r.refunds.Refund(ctx, id)
-		switch {
-		case err == nil:
-			if prev.ChargeID != c.ID || amount != 0 && amount != prev.Amount {
-				return nil, payrouter.Errorf(payrouter.EMismatch, "refund %s was asked for with another charge or amount", id)
-			}
-			r.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
-				"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
-			if prev.Status == payrouter.RefundPending || prev.Status == payrouter.RefundQueued {
-				// Not settled, and what the stopped instance queued to settle it may be gone with
-				// it (a refund stored before this version queued its task first): a task of its
-				// own, at once. Sent twice, a refund is applied once (its reference).
-				if err := r.enqueueRefund(ctx, prev, time.Time{}); err != nil {
-					return nil, fmt.Errorf("queueing refund %s again: %w", id, err)
-				}
-			}
-			return prev, nil
-		case !errors.Is(err, payrouter.ErrNotFound):
-			return nil, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
+		if prev, found, err := r.refundAskedAgain(ctx, c, amount, id); found || err != nil {
+			return prev, err
 		}
 	} else {
 		id = "re_" + rand.Text()
@@ -301,7 +284,39 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
 		return nil, fmt.Errorf("storing refund of charge %s before sending it: %w", c.ID, err)
 	}
-	res := sendRefund(ctx, r.log, tab, gw, c, rf)
+	return r.refundAnswered(ctx, tab, c, rf, sendRefund(ctx, r.log, tab, gw, c, rf))
+}
+
+// refundAskedAgain looks for the refund id names, asked for before: found, it is answered as it
+// stands (and queued again when it is not settled); the same id asked for another charge or
+// amount is EMismatch.
+func (r *Router) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amount int64, id string) (prev *payrouter.Refund, found bool, err error) {
+	prev, err = r.refunds.Refund(ctx, id)
+	switch {
+	case errors.Is(err, payrouter.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
+	case prev.ChargeID != c.ID || amount != 0 && amount != prev.Amount:
+		return nil, true, payrouter.Errorf(payrouter.EMismatch, "refund %s was asked for with another charge or amount", id)
+	}
+	r.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
+		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+	if prev.Status == payrouter.RefundPending || prev.Status == payrouter.RefundQueued {
+		// Not settled, and what the stopped instance queued to settle it may be gone with it (a
+		// refund stored before this version queued its task first): a task of its own, at once.
+		// Sent twice, a refund is applied once (its reference).
+		if err := r.enqueueRefund(ctx, prev, time.Time{}); err != nil {
+			return nil, true, fmt.Errorf("queueing refund %s again: %w", id, err)
+		}
+	}
+	return prev, true, nil
+}
+
+// refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded,
+// queued under the refund fallback (or failed when it fails), queued when the gateway may have
+// applied it, failed when the gateway refused it.
+func (r *Router) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res callResult) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		if err := r.completeRefund(ctx, rf, res.Result); err != nil {
@@ -588,7 +603,18 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		c.Attempts[n-1].Resolved = res.State
 	}
 	res.GatewayReference = cmp.Or(res.GatewayReference, c.GatewayReference)
+	r.moveOn(ctx, tab, c, gw, res)
+	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
 
+	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
+		return true, look, nil
+	}
+	return true, look, r.storeResolved(ctx, c)
+}
+
+// moveOn sets a processing charge's status by what its gateway's look-up found (res), capturing
+// an authorization the charge asked to capture (lookUpProcessing).
+func (r *Router) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, res payrouter.Result) {
 	switch res.State {
 	case payrouter.TxNotFound:
 		// An attempt can still be on its way to the gateway until the budget of its request and
@@ -618,24 +644,24 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	default: // captured, declined, failed, pending, or a state that says nothing
 		applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
 	}
-	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
+}
 
-	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
-		return true, look, nil
-	}
+// storeResolved stores a charge a look-up moved on, unless it was resolved meanwhile (the
+// reconciler, another GET): that one stands, and c becomes it.
+func (r *Router) storeResolved(ctx context.Context, c *payrouter.Charge) error {
 	c.UpdatedAt = r.now().UTC()
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
 	unlock := lockCharge(c.ID)
 	defer unlock()
 	if stored, err := r.charges.Charge(sctx, c.ID); err == nil && stored.Status != payrouter.StatusProcessing {
-		*c = *stored // resolved meanwhile (the reconciler, another GET): that one stands
-		return true, look, nil
+		*c = *stored
+		return nil
 	}
 	if err := r.charges.SaveCharge(sctx, c); err != nil {
-		return true, look, fmt.Errorf("storing resolved charge %s as %s: %w", c.ID, c.Status, err)
+		return fmt.Errorf("storing resolved charge %s as %s: %w", c.ID, c.Status, err)
 	}
-	return true, look, nil
+	return nil
 }
 
 // captureProcessing captures a processing charge found authorized, with the reference Capture
