@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/settle"
 )
 
 // Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
@@ -112,9 +113,9 @@ func (l *latencies) p95() (time.Duration, bool) {
 // recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
-func (t *table) recordAttempt(now time.Time, res callResult) {
-	st := t.stats[res.gateway]
-	if st == nil || !res.called {
+func (t *table) recordAttempt(now time.Time, res settle.Result) {
+	st := t.stats[res.Gateway]
+	if st == nil || !res.Called {
 		return
 	}
 	switch res.Outcome {
@@ -123,7 +124,7 @@ func (t *table) recordAttempt(now time.Time, res callResult) {
 	case payrouter.OutcomeDeclined:
 		st.approvals.add(now, false)
 	}
-	st.latency.add(res.d)
+	st.latency.add(res.Duration)
 }
 
 // hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
@@ -167,7 +168,7 @@ type flight struct {
 // it may have processed the charge and the charge was still waiting for it.
 type flightAnswer struct {
 	f        *flight
-	called   bool              // the gateway was asked (callResult.called)
+	called   bool              // the gateway was asked (settle.Result.Called)
 	own      payrouter.Outcome // the gateway's answer to the call itself
 	res      payrouter.Result  // that answer, or what a status look-up made of it
 	d        time.Duration
@@ -342,19 +343,19 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	snapshot.Attempts = slices.Clone(c.Attempts)
 	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
 	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
-	f := &flight{name: name, gw: h.tab.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
+	f := &flight{name: name, gw: h.tab.gw.Adapters[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
 
 	req := authorization(c, ref, false)
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
-	call := h.tab.call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return f.gw.Authorize(ctx, req) })
-	call.attempt, call.hedge = f.index+1, hedge
-	call.before = func(ctx context.Context) bool { return h.storeBeforeCall(ctx, &snapshot) }
+	call := h.tab.gw.Call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return f.gw.Authorize(ctx, req) })
+	call.Attempt, call.Hedge = f.index+1, hedge
+	call.Before = func(ctx context.Context) bool { return h.storeBeforeCall(ctx, &snapshot) }
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
 	go func() {
 		defer cancel()
-		res := call.do(callCtx)
+		res := call.Do(callCtx)
 		h.tab.recordAttempt(h.r.now(), res)
-		a := flightAnswer{f: f, called: res.called, own: res.Outcome, res: res.Result, d: res.d}
+		a := flightAnswer{f: f, called: res.Called, own: res.Outcome, res: res.Result, d: res.Duration}
 		if res.Outcome.MayHaveProcessed() && !h.decided.Load() {
 			a.res = h.resolve(callCtx, &look, f.gw, name, ref)
 			a.resolved = a.res.State
@@ -408,7 +409,7 @@ func (h *hedgedRun) record(a flightAnswer) {
 	}
 	if a.resolved == payrouter.TxNotFound {
 		// Never received: a gateway may still process it late, so it is looked up again.
-		h.r.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.timeout(a.f.name, payrouter.OpCharge))
+		h.r.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
 	}
 }
 
@@ -481,10 +482,10 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 
 	if win == nil {
-		applyAnswer(h.c, keep.f.name, keep.f.ref, keep.res)
+		settle.Apply(h.c, keep.f.name, keep.f.ref, keep.res)
 		return true
 	}
-	applyAnswer(h.c, win.f.name, win.f.ref, win.res)
+	settle.Apply(h.c, win.f.name, win.f.ref, win.res)
 	if hedged {
 		result := "won_primary"
 		if win.f.hedge {
@@ -513,9 +514,9 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		Reference: payrouter.OperationReference(win.f.ref, payrouter.OpCapture), ChargeReference: win.f.ref,
 		GatewayReference: win.res.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res := h.tab.call(win.f.name, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
+	res := h.tab.gw.Call(win.f.name, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return win.f.gw.Capture(ctx, req)
-	}).do(ctx)
+	}).Do(ctx)
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		c.Status = payrouter.StatusSucceeded
 		return
@@ -536,7 +537,7 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 		c.Attempts[f.index].Outcome = payrouter.OutcomeUnknown // not known when the charge answered
 		c.Attempts[f.index].Reference = f.ref
 		if !f.rechecked {
-			left := max(f.start.Add(h.tab.timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
+			left := max(f.start.Add(h.tab.gw.Timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
 			h.r.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
 		}
 	}
@@ -574,11 +575,11 @@ func (r *Router) voidApproval(tab *table, c *payrouter.Charge, f *flight, gwRef 
 		Reference: payrouter.OperationReference(f.ref, payrouter.OpVoid), ChargeReference: f.ref, GatewayReference: gwRef,
 		Amount: c.Amount, Currency: c.Currency,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), tab.timeout(f.name, payrouter.OpVoid))
+	ctx, cancel := context.WithTimeout(context.Background(), tab.gw.Timeout(f.name, payrouter.OpVoid))
 	defer cancel()
-	res := tab.call(f.name, payrouter.OpVoid, req.Reference, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(f.name, payrouter.OpVoid, req.Reference, func(ctx context.Context) payrouter.Result {
 		return f.gw.Void(ctx, req)
-	}).do(ctx)
+	}).Do(ctx)
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		return true
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/settle"
 )
 
 // The operations on a charge after it was answered: capture, void, refund, and the look-ups of
@@ -55,8 +56,8 @@ func storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // gatewayOf returns the adapter of the gateway that holds the charge, in tab.
 func gatewayOf(tab *table, c *payrouter.Charge) (payrouter.Gateway, error) {
-	gw := tab.gateways[c.Gateway]
-	if gw == nil || tab.set.Guard(c.Gateway, payrouter.OpStatus) == nil {
+	gw := tab.gw.Adapters[c.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		return nil, fmt.Errorf("charge %s is held by gateway %q, which is not configured", c.ID, c.Gateway)
 	}
 	return gw, nil
@@ -67,7 +68,7 @@ func gatewayOf(tab *table, c *payrouter.Charge) (payrouter.Gateway, error) {
 func (r *Router) unavailable(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
 	r.obs.FallbackUsed(op, fallback.Fail)
 	reopens := func(gateway string) time.Time {
-		if b := tab.set.Breaker(gateway, op); b != nil {
+		if b := tab.gw.Domains.Breaker(gateway, op); b != nil {
 			return b.OpenUntil()
 		}
 		return time.Time{}
@@ -76,14 +77,14 @@ func (r *Router) unavailable(tab *table, op payrouter.Operation, c *payrouter.Ch
 }
 
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
-func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) callResult {
+func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) settle.Result {
 	req := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(c.Reference, payrouter.OpStatus), ChargeReference: c.Reference,
 		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	return tab.call(c.Gateway, payrouter.OpStatus, req.Reference, func(ctx context.Context) payrouter.Result {
+	return tab.gw.Call(c.Gateway, payrouter.OpStatus, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, req)
-	}).do(ctx)
+	}).Do(ctx)
 }
 
 // authorizationChange is capture or void: what ends a requires_capture charge.
@@ -149,10 +150,10 @@ func (r *Router) changeAuthorization(ctx context.Context, chargeID string, ch au
 		Reference: payrouter.OperationReference(c.Reference, ch.op), ChargeReference: c.Reference,
 		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res := tab.call(c.Gateway, ch.op, req.Reference, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(c.Gateway, ch.op, req.Reference, func(ctx context.Context) payrouter.Result {
 		return ch.send(gw, ctx, req)
-	}).do(ctx)
-	a := res.attempt()
+	}).Do(ctx)
+	a := res.Attempt()
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		return r.setStatus(ctx, c, ch.status)
@@ -278,7 +279,7 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	// process die between the two, the task finds no refund, and nothing was sent or promised;
 	// the other order left a pending refund that nothing would ever send (found by the chaos
 	// check: a refund answered 202 pending after its first instance was killed, never applied).
-	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+tab.timeout(c.Gateway, payrouter.OpRefund))); err != nil {
+	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+tab.gw.Timeout(c.Gateway, payrouter.OpRefund))); err != nil {
 		return nil, fmt.Errorf("queueing the task that finishes refund %s of charge %s, before sending it: %w", rf.ID, c.ID, err)
 	}
 	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
@@ -316,7 +317,7 @@ func (r *Router) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amou
 // refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded,
 // queued under the refund fallback (or failed when it fails), queued when the gateway may have
 // applied it, failed when the gateway refused it.
-func (r *Router) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res callResult) (*payrouter.Refund, error) {
+func (r *Router) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res settle.Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		if err := r.completeRefund(ctx, rf, res.Result); err != nil {
@@ -328,12 +329,12 @@ func (r *Router) refundAnswered(ctx context.Context, tab *table, c *payrouter.Ch
 	case res.Outcome.NotSent():
 		if tab.refundFallback != fallback.Queue {
 			r.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
-			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.attempt())
+			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
 		}
 		if err := r.queueRefund(ctx, rf, false); err != nil {
 			// Nothing moved, so failing it is honest, and the caller may ask again.
 			r.failRefund(ctx, rf, "not sent, and could not be queued")
-			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.attempt())
+			return nil, r.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
 		}
 		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
 		return rf, nil
@@ -353,17 +354,17 @@ func (r *Router) refundAnswered(ctx context.Context, tab *table, c *payrouter.Ch
 }
 
 // sendRefund sends a refund through its gateway's refund guard in tab, with its own reference.
-func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) callResult {
+func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) settle.Result {
 	req := payrouter.TxRequest{
 		Reference: rf.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
 		Amount: rf.Amount, Currency: rf.Currency,
 	}
-	res := tab.call(rf.Gateway, payrouter.OpRefund, req.Reference, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(rf.Gateway, payrouter.OpRefund, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Refund(ctx, req)
-	}).do(ctx)
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
-			"outcome", res.Outcome, "duration_ms", res.d.Milliseconds(), "detail", res.Detail)
+			"outcome", res.Outcome, "duration_ms", res.Duration.Milliseconds(), "detail", res.Detail)
 	}
 	return res
 }
@@ -496,8 +497,8 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
 	}
 	tab := r.table()
-	gw := tab.gateways[rf.Gateway]
-	if gw == nil || tab.set.Guard(rf.Gateway, payrouter.OpRefund) == nil {
+	gw := tab.gw.Adapters[rf.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(rf.Gateway, payrouter.OpRefund) == nil {
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
 	}
 	res := sendRefund(ctx, r.log, tab, gw, c, rf)
@@ -574,14 +575,14 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		return true, payrouter.Attempt{}, nil
 	}
 	tab := r.table()
-	gw := tab.gateways[c.Gateway]
-	if gw == nil || c.Reference == "" || tab.set.Guard(c.Gateway, payrouter.OpStatus) == nil {
+	gw := tab.gw.Adapters[c.Gateway]
+	if gw == nil || c.Reference == "" || tab.gw.Domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		// Stored before its first call and never settled (the process stopped mid-call), or held
 		// by a gateway no longer configured: there is nothing this look-up can ask.
 		return false, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown}, nil
 	}
 	found := lookUp(ctx, tab, c, gw)
-	look, res := found.attempt(), found.Result
+	look, res := found.Attempt(), found.Result
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return false, look, nil
@@ -619,19 +620,19 @@ func (r *Router) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw
 	case payrouter.TxNotFound:
 		// An attempt can still be on its way to the gateway until the budget of its request and
 		// the gateway's own timeout have passed: only then is "not found" an answer.
-		if r.now().Sub(c.CreatedAt) > r.budget+tab.timeout(c.Gateway, payrouter.OpCharge) {
+		if r.now().Sub(c.CreatedAt) > r.budget+tab.gw.Timeout(c.Gateway, payrouter.OpCharge) {
 			c.Status = payrouter.StatusFailed
 			r.releaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, "", 0)
 		}
 	case payrouter.TxAuthorized:
 		if !c.Capture {
-			applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
+			settle.Apply(c, c.Gateway, c.Reference, settle.OutcomeOfState(res))
 			break
 		}
 		// The charge asked for a capture, and only the authorization is known to have happened.
 		captured, ok := r.captureProcessing(ctx, tab, c, gw, res)
 		if ok {
-			applyAnswer(c, c.Gateway, c.Reference, captured)
+			settle.Apply(c, c.Gateway, c.Reference, captured)
 		}
 	case payrouter.TxVoided:
 		c.Status = payrouter.StatusVoided
@@ -640,9 +641,9 @@ func (r *Router) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw
 		// Captured, then refunded at the gateway without payrouter: shown as the gateway has
 		// it, never as plainly succeeded.
 		r.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
-		applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
+		settle.Apply(c, c.Gateway, c.Reference, settle.OutcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
-		applyAnswer(c, c.Gateway, c.Reference, outcomeOfState(res))
+		settle.Apply(c, c.Gateway, c.Reference, settle.OutcomeOfState(res))
 	}
 }
 
@@ -672,9 +673,9 @@ func (r *Router) captureProcessing(ctx context.Context, tab *table, c *payrouter
 		Reference: payrouter.OperationReference(c.Reference, payrouter.OpCapture), ChargeReference: c.Reference,
 		GatewayReference: found.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res := tab.call(c.Gateway, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(c.Gateway, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Capture(ctx, req)
-	}).do(ctx)
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
 		return res.Result, false

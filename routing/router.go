@@ -12,6 +12,7 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/settle"
 )
 
 // Router runs charges through their route's gateways.
@@ -100,9 +101,9 @@ func New(cfg Config) (*Router, error) {
 // table it started with; what recent attempts tell of each gateway (hedge delays, success_rate)
 // and each hedged route's token bucket carry over to the next table by name.
 type table struct {
-	routes   []Route
-	gateways map[string]payrouter.Gateway
-	set      *resilience.DomainSet
+	routes []Route
+	// gw is the adapters and the failure domains every gateway call of a charge goes through.
+	gw *settle.Gateways
 	// stats is what recent charge attempts tell of each gateway; hedgeBudgets the hedge token
 	// bucket of each hedged route, by name. hedge.go, strategy.go.
 	stats        map[string]*gatewayStats
@@ -148,7 +149,7 @@ func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []strin
 
 func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gateways []string, err error) {
 	if c.PinnedGateway != "" {
-		if tab.gateways[c.PinnedGateway] == nil || !tab.set.Live(c.PinnedGateway) {
+		if tab.gw.Adapters[c.PinnedGateway] == nil || !tab.gw.Domains.Live(c.PinnedGateway) {
 			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
 		}
 		return "", []string{c.PinnedGateway}, nil
@@ -197,7 +198,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		c.UpdatedAt = r.now().UTC()
 	}
 	if unavailable {
-		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, tab.openUntil, r.now())
+		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now())
 		if run.stored {
 			u.ChargeID = c.ID
 		}
@@ -230,7 +231,7 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		return nil, false
 	}
 	for _, name := range candidates {
-		if g := tab.set.Guard(name, payrouter.OpCharge); g == nil || g.Breaker().State() != resilience.StateOpen {
+		if g := tab.gw.Domains.Guard(name, payrouter.OpCharge); g == nil || g.Breaker().State() != resilience.StateOpen {
 			return nil, false
 		}
 	}
@@ -239,16 +240,15 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		// Through the guard, so that the refusal is counted and traced as Charge's would be;
 		// should the breaker have turned half-open since, the call it admits sends nothing
 		// (excluded from its counts, its trial handed back) and Charge decides instead.
-		res := gatewayCall{
-			gateway: name, op: payrouter.OpCharge, guard: tab.set.Guard(name, payrouter.OpCharge), attempt: i + 1,
-			before: func(context.Context) bool { return false },
-		}.do(ctx)
+		call := tab.gw.Call(name, payrouter.OpCharge, "", nil)
+		call.Attempt, call.Before = i+1, func(context.Context) bool { return false }
+		res := call.Do(ctx)
 		if res.Outcome != payrouter.OutcomeBreakerOpen {
 			return nil, false
 		}
-		attempts = append(attempts, res.attempt())
+		attempts = append(attempts, res.Attempt())
 	}
-	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.openUntil, r.now()), true
+	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now()), true
 }
 
 // existing looks for a charge stored under c's id before: its request's instance died mid-call,
@@ -322,24 +322,24 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	}
 	c := run.c
 	for _, name := range candidates {
-		gw := run.tab.gateways[name]
+		gw := run.tab.gw.Adapters[name]
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
 		req := authorization(c, ref, c.Capture)
-		call := run.tab.call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
-		call.attempt = len(c.Attempts) + 1
-		call.before = func(ctx context.Context) bool { return run.storeBeforeCall(ctx, name, ref) }
-		answer := call.do(ctx)
+		call := run.tab.gw.Call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
+		call.Attempt = len(c.Attempts) + 1
+		call.Before = func(ctx context.Context) bool { return run.storeBeforeCall(ctx, name, ref) }
+		answer := call.Do(ctx)
 		if run.storeErr != nil {
 			return false
 		}
 		run.tab.recordAttempt(run.r.now(), answer)
-		if answer.called && answer.Outcome != payrouter.OutcomeSucceeded {
+		if answer.Called && answer.Outcome != payrouter.OutcomeSucceeded {
 			// Refusals without a call are counted by the metrics, not logged one by one: an
 			// outage at full traffic must not flood the logs.
 			run.r.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", answer.Outcome,
-				"duration_ms", answer.d.Milliseconds(), "detail", answer.Detail)
+				"duration_ms", answer.Duration.Milliseconds(), "detail", answer.Detail)
 		}
-		c.Attempts = append(c.Attempts, answer.attempt())
+		c.Attempts = append(c.Attempts, answer.Attempt())
 
 		res := answer.Result
 		if res.Outcome.MayHaveProcessed() {
@@ -349,7 +349,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				// The gateway never had it: safe to try the next one. A gateway may still
 				// process a request it got late, so the attempt is looked up again later and
 				// an approval found then is voided.
-				run.r.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.timeout(name, payrouter.OpCharge))
+				run.r.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
 				continue
 			}
 		}
@@ -357,7 +357,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
 			continue
 		}
-		applyAnswer(c, name, ref, res)
+		settle.Apply(c, name, ref, res)
 		return false
 	}
 	// No gateway took it: the charge names none (storeBeforeCall named the last one called).
@@ -380,79 +380,13 @@ func authorization(c *payrouter.Charge, ref string, capture bool) payrouter.Char
 func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
 	r := run.r
 	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
-	res := run.tab.call(name, payrouter.OpStatus, ref, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) }).do(ctx)
+	res := run.tab.gw.Call(name, payrouter.OpStatus, ref, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) }).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.WarnContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
 	}
 	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
-	return outcomeOfState(res.Result)
-}
-
-// outcomeOfState turns what a status look-up found into the outcome the charge came to: any
-// state of an approved transaction (voided or refunded since included) is an approval, whose
-// state settle then shows as it is.
-func outcomeOfState(res payrouter.Result) payrouter.Result {
-	switch res.State {
-	case payrouter.TxAuthorized, payrouter.TxCaptured, payrouter.TxVoided, payrouter.TxRefunded, payrouter.TxPartiallyRefunded:
-		res.Outcome = payrouter.OutcomeSucceeded
-	case payrouter.TxDeclined:
-		res.Outcome = payrouter.OutcomeDeclined
-	case payrouter.TxNotFound:
-		res.Outcome = payrouter.OutcomeUnavailable
-	case payrouter.TxFailed:
-		res.Outcome = payrouter.OutcomeError
-	default:
-		// pending, or a state a charge attempt should not be in: not known yet.
-		res.Outcome = payrouter.OutcomePending
-	}
-	return res
-}
-
-// applyAnswer records the answer of the gateway that decided the charge.
-func applyAnswer(c *payrouter.Charge, gateway, ref string, res payrouter.Result) {
-	c.Gateway = gateway
-	c.Reference = ref
-	c.GatewayReference = res.GatewayReference
-	switch res.Outcome {
-	case payrouter.OutcomeSucceeded:
-		// The state the gateway reports is the truth, whatever was asked: an approval sent
-		// again with its reference may come back voided or refunded since.
-		status, known := payrouter.StatusOfState(res.State)
-		switch {
-		case known && status != payrouter.StatusDeclined && status != payrouter.StatusFailed:
-			c.Status = status
-		case c.Capture:
-			c.Status = payrouter.StatusSucceeded
-		default:
-			c.Status = payrouter.StatusRequiresCapture
-		}
-	case payrouter.OutcomeDeclined:
-		c.Status = payrouter.StatusDeclined
-		c.DeclineCode = res.DeclineCode
-		if c.DeclineCode == "" {
-			c.DeclineCode = "declined"
-		}
-	case payrouter.OutcomeError:
-		c.Status = payrouter.StatusFailed
-	default: // pending, timeout, unknown: not known yet
-		c.Status = payrouter.StatusProcessing
-	}
-}
-
-// timeout is the timeout of one operation of a gateway in t's domains.
-func (t *table) timeout(gateway string, op payrouter.Operation) time.Duration {
-	s, _ := t.set.Settings(gateway)
-	return s.TimeoutFor(op)
-}
-
-// openUntil is when the charge breaker of a gateway in t's domains reopens (zero when not open by
-// a trip).
-func (t *table) openUntil(gateway string) time.Time {
-	if b := t.set.Breaker(gateway, payrouter.OpCharge); b != nil {
-		return b.OpenUntil()
-	}
-	return time.Time{}
+	return settle.OutcomeOfState(res.Result)
 }
 
 // ErrNoCharge is the answer for a charge id that does not exist, or that the caller may not see.

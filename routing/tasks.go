@@ -21,7 +21,7 @@ const RecheckFor = 5 * time.Minute
 // handed out again; the gateway reference it sends is the same every time, so no task is ever
 // applied twice at a gateway.
 func (r *Router) Work(ctx context.Context, t payrouter.Task) error {
-	if tab := r.table(); tab.gateways[t.Gateway] == nil || tab.set.Guard(t.Gateway, payrouter.OpStatus) == nil {
+	if tab := r.table(); tab.gw.Adapters[t.Gateway] == nil || tab.gw.Domains.Guard(t.Gateway, payrouter.OpStatus) == nil {
 		// A gateway removed from the configuration: nothing can be sent there any more. The
 		// task stays for an instance that still knows the gateway, and ops see it in the log.
 		r.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
@@ -50,14 +50,14 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 		return nil // the charge's own attempt: never released, the reconciler resolves it
 	}
 	tab := r.table()
-	gw := tab.gateways[t.Gateway]
+	gw := tab.gw.Adapters[t.Gateway]
 	look := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(t.Reference, payrouter.OpStatus), ChargeReference: t.Reference,
 		GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency,
 	}
-	res := tab.call(t.Gateway, payrouter.OpStatus, look.Reference, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(t.Gateway, payrouter.OpStatus, look.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, look)
-	}).do(ctx)
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: status look-up %s: %s", fallback.ErrLater, res.Outcome, res.Detail)
 	}
@@ -80,7 +80,7 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 		Reference: payrouter.OperationReference(t.Reference, op), ChargeReference: t.Reference,
 		GatewayReference: cmp.Or(res.GatewayReference, t.GatewayReference), Currency: t.Currency,
 	}
-	out := tab.call(t.Gateway, op, req.Reference, func(ctx context.Context) payrouter.Result { return send(ctx, req) }).do(ctx)
+	out := tab.gw.Call(t.Gateway, op, req.Reference, func(ctx context.Context) payrouter.Result { return send(ctx, req) }).Do(ctx)
 	if out.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: %s %s: %s", fallback.ErrLater, op, out.Outcome, out.Detail)
 	}

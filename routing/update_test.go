@@ -119,7 +119,7 @@ func TestUpdateCarriesOverLearningAndChangesFallbacks(t *testing.T) {
 	if after.stats["tranglo"] == nil {
 		t.Error("the new gateway has no stats")
 	}
-	if err := f.router.Update([]Route{hedged}, after.gateways, fallback.Fail, fallback.Fail); err != nil {
+	if err := f.router.Update([]Route{hedged}, after.gw.Adapters, fallback.Fail, fallback.Fail); err != nil {
 		t.Fatal(err)
 	}
 	if tab := f.router.table(); tab.refundFallback != fallback.Fail || tab.statusFallback != fallback.Fail {
