@@ -400,7 +400,7 @@ func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Conte
 func chargeIDFor(scope, key string) string { return idFor("ch_", scope, key) }
 
 // refundIDFor is the id of the refund an Idempotency-Key asks for, for the same reason
-// (routing.Router.Refund): a retry after a crash finds the refund instead of making a second.
+// (settle.Settler.Refund): a retry after a crash finds the refund instead of making a second.
 func refundIDFor(scope, key string) string { return idFor("re_", "refund\n"+scope, key) }
 
 // idFor derives an id with prefix from an API key's scope and an Idempotency-Key.
@@ -479,7 +479,7 @@ func (s *server) getCharge(c echo.Context) error {
 	if err := s.ownCharge(c, c.Param("id")); err != nil {
 		return s.writeError(c, "charge.get_failed", err)
 	}
-	ch, stale, err := s.Router.Refresh(c.Request().Context(), c.Param("id"))
+	ch, stale, err := s.Router.Settler().Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		var u *fallback.Unavailable
 		if !errors.As(err, &u) && payrouter.Code(err) == payrouter.EInternal {

@@ -294,7 +294,7 @@ func (l *hedgeLoop) startHedge(ctx context.Context) {
 	}
 	for _, f := range l.live {
 		if !f.hedge && !f.rechecked {
-			h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
 			f.rechecked = true
 		}
 	}
@@ -409,7 +409,7 @@ func (h *hedgedRun) record(a flightAnswer) {
 	}
 	if a.resolved == payrouter.TxNotFound {
 		// Never received: a gateway may still process it late, so it is looked up again.
-		h.r.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
+		h.r.settler.ReleaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
 	}
 }
 
@@ -474,7 +474,7 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 	for i := range answered {
 		if a := &answered[i]; a != keep && kindOf(*a) == maybe && !a.f.rechecked {
-			h.r.releaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
 		}
 	}
 	if len(live) > 0 {
@@ -538,7 +538,7 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 		c.Attempts[f.index].Reference = f.ref
 		if !f.rechecked {
 			left := max(f.start.Add(h.tab.gw.Timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
-			h.r.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
 		}
 	}
 	answers, router, tab, n := h.answers, h.r, h.tab, len(live)
@@ -551,63 +551,19 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 }
 
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
-// approval is voided at once, through the domains of the charge's table (or queued until it is),
-// and the stored charge shows how it ended.
+// approval is voided at once, through the gateways of the charge's table (or queued until it
+// is), and the stored charge shows how it ended.
 func (r *Router) finishLate(tab *table, c *payrouter.Charge, a flightAnswer) {
 	voided := false
 	if a.res.Outcome == payrouter.OutcomeSucceeded {
-		voided = r.voidApproval(tab, c, a.f, a.res.GatewayReference)
+		r.obs.HedgeDone("voided")
+		voided = r.settler.VoidStray(tab.gw, c, a.f.name, a.f.ref, a.res.GatewayReference)
 	}
 	r.log.Info("charge.late_answer", "charge_id", c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := r.noteLateAnswer(ctx, c.ID, a, voided); err != nil {
+	if err := r.settler.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
 		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
-}
-
-// voidApproval voids an approval no charge keeps, through the gateway's void guard; a void that
-// fails is queued (TaskVoid) and retried until it is done. It reports whether it is voided now.
-func (r *Router) voidApproval(tab *table, c *payrouter.Charge, f *flight, gwRef string) bool {
-	r.obs.HedgeDone("voided")
-	req := payrouter.TxRequest{
-		Reference: payrouter.OperationReference(f.ref, payrouter.OpVoid), ChargeReference: f.ref, GatewayReference: gwRef,
-		Amount: c.Amount, Currency: c.Currency,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), tab.gw.Timeout(f.name, payrouter.OpVoid))
-	defer cancel()
-	res := tab.gw.Call(f.name, payrouter.OpVoid, req.Reference, func(ctx context.Context) payrouter.Result {
-		return f.gw.Void(ctx, req)
-	}).Do(ctx)
-	if res.Outcome == payrouter.OutcomeSucceeded {
-		return true
-	}
-	r.log.WarnContext(ctx, "charge.void_failed", "charge_id", c.ID, "gateway", f.name, "reference", f.ref, "outcome", res.Outcome,
-		"detail", res.Detail, "then", "queued")
-	r.releaseLater(ctx, payrouter.TaskVoid, c, f.name, f.ref, gwRef, 0)
-	return false
-}
-
-// noteLateAnswer writes how a late attempt ended into its stored charge, once the charge's
-// answer is stored: a charge still stored as processing is about to be written whole with its
-// answer, which a write from here must not undo (the attempt then stays as the answer showed it,
-// unknown, and the money is right either way).
-func (r *Router) noteLateAnswer(ctx context.Context, chargeID string, a flightAnswer, voided bool) error {
-	c, err := r.charges.Charge(ctx, chargeID)
-	if err != nil {
-		return err
-	}
-	if c.Status == payrouter.StatusProcessing {
-		return nil
-	}
-	for i := range c.Attempts {
-		at := &c.Attempts[i]
-		if at.Gateway == a.f.name && at.Reference == a.f.ref {
-			at.Outcome, at.Duration, at.Voided = a.own, a.d, at.Voided || voided
-			c.UpdatedAt = r.now().UTC()
-			return r.charges.SaveCharge(ctx, c)
-		}
-	}
-	return nil
 }

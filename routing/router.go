@@ -25,23 +25,20 @@ type Router struct {
 	log     *slog.Logger
 	now     func() time.Time
 	rnd     func(n int) int
-	refunds payrouter.RefundStore
-	queue   payrouter.Queue
 	obs     Observer
+	// settler does what happens to a charge after its first answer.
+	settler *settle.Settler
 	// late counts the attempts left running in the background when their charge answered.
 	late sync.WaitGroup
 }
 
-// Observer is told what the router decided beyond single gateway calls (the resilience Observer
-// sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
+// Observer is told what the router and its Settler decided beyond single gateway calls (the
+// resilience Observer sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
 type Observer interface {
-	// FallbackUsed: no gateway could take op, and policy answered.
-	FallbackUsed(op payrouter.Operation, policy fallback.Policy)
+	settle.Observer
 	// HedgeDone: a hedged charge ended; result is won_primary, won_hedge or voided (once per
 	// voided approval).
 	HedgeDone(result string)
-	// ChargeReconciled: the reconciler found a processing charge final, took after its creation.
-	ChargeReconciled(status payrouter.ChargeStatus, took time.Duration)
 }
 
 // nopObserver is the Observer when Config gives none.
@@ -86,13 +83,17 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		domains: cfg.Domains, charges: cfg.Charges,
-		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN,
-		refunds: cfg.Refunds, queue: cfg.Queue, obs: cfg.Observer,
+		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, obs: cfg.Observer,
 	}
 	if r.obs == nil {
 		r.obs = nopObserver{}
 	}
-	r.tab.Store(newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current(), cfg.RefundFallback, cfg.StatusFallback))
+	tab := newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current())
+	r.tab.Store(tab)
+	r.settler = settle.New(settle.Config{
+		Gateways: tab.gw, Charges: cfg.Charges, Refunds: cfg.Refunds, Queue: cfg.Queue, Budget: cfg.Budget, Log: log,
+		RefundFallback: cfg.RefundFallback, StatusFallback: cfg.StatusFallback, Observer: r.obs,
+	})
 	return r, nil
 }
 
@@ -108,8 +109,6 @@ type table struct {
 	// bucket of each hedged route, by name. hedge.go, strategy.go.
 	stats        map[string]*gatewayStats
 	hedgeBudgets map[string]*hedgeBudget
-	// refundFallback and statusFallback: Config.RefundFallback and Config.StatusFallback.
-	refundFallback, statusFallback fallback.Policy
 }
 
 // table returns the table in use now.
@@ -137,7 +136,9 @@ func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, r
 	if err := checkRoutes(routes, gateways, set); err != nil {
 		return err
 	}
-	r.tab.Store(newTable(r.table(), routes, gateways, set, refund, status))
+	tab := newTable(r.table(), routes, gateways, set)
+	r.tab.Store(tab)
+	r.settler.Update(tab.gw, refund, status)
 	return nil
 }
 
@@ -273,7 +274,7 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 	r.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,
 		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
 	if prev.Status == payrouter.StatusProcessing {
-		if _, err := r.resolveProcessing(ctx, prev); err != nil {
+		if _, err := r.settler.ResolveProcessing(ctx, prev); err != nil {
 			r.log.WarnContext(ctx, "charge.store_failed", "charge_id", prev.ID, "err", err)
 		}
 	}
@@ -349,7 +350,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				// The gateway never had it: safe to try the next one. A gateway may still
 				// process a request it got late, so the attempt is looked up again later and
 				// an approval found then is voided.
-				run.r.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
+				run.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
 				continue
 			}
 		}
@@ -389,14 +390,6 @@ func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payro
 	return settle.OutcomeOfState(res.Result)
 }
 
-// ErrNoCharge is the answer for a charge id that does not exist, or that the caller may not see.
-func ErrNoCharge(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no charge %q", id) }
-
-// Get returns a stored charge.
-func (r *Router) Get(ctx context.Context, id string) (*payrouter.Charge, error) {
-	c, err := r.charges.Charge(ctx, id)
-	if errors.Is(err, payrouter.ErrNotFound) {
-		return nil, ErrNoCharge(id)
-	}
-	return c, err
-}
+// Settler returns what settles the router's charges after their first answer (capture, void,
+// refunds, look-ups, reconciliation, the durable tasks), on the configuration Update last gave.
+func (r *Router) Settler() *settle.Settler { return r.settler }

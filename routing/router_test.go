@@ -377,7 +377,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 func charge(ctx context.Context, r *Router, c *payrouter.Charge) (*payrouter.Charge, error) {
 	ch, err := r.Charge(ctx, c)
 	if final := FinalState(ch, err); final != nil {
-		sctx, cancel := storeCtx(ctx)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if serr := r.charges.SaveCharge(sctx, final); serr != nil {
 			return ch, fmt.Errorf("storing the final state of charge %s: %w", final.ID, serr)

@@ -62,7 +62,7 @@ func TestLookUpShowsTrueState(t *testing.T) {
 				t.Fatalf("charge = %v, %v; want it processing", c, err)
 			}
 			f.gw["paywell"].status = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"}
-			got, _, err := f.router.Refresh(t.Context(), c.ID)
+			got, _, err := f.router.Settler().Refresh(t.Context(), c.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

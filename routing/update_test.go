@@ -69,7 +69,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 		t.Errorf("a pin to the removed ding: %v, want invalid", err)
 	}
 	f.gw["ding"].authorize = approved
-	got, err := f.router.Capture(context.Background(), held.ID)
+	got, err := f.router.Settler().Capture(context.Background(), held.ID)
 	if err != nil || got.Status != payrouter.StatusSucceeded {
 		t.Errorf("capturing the charge the removed ding holds: %v, %v", err, got)
 	}
@@ -122,8 +122,8 @@ func TestUpdateCarriesOverLearningAndChangesFallbacks(t *testing.T) {
 	if err := f.router.Update([]Route{hedged}, after.gw.Adapters, fallback.Fail, fallback.Fail); err != nil {
 		t.Fatal(err)
 	}
-	if tab := f.router.table(); tab.refundFallback != fallback.Fail || tab.statusFallback != fallback.Fail {
-		t.Errorf("fallbacks after the update: %s %s", tab.refundFallback, tab.statusFallback)
+	if refund, status := f.router.Settler().Fallbacks(); refund != fallback.Fail || status != fallback.Fail {
+		t.Errorf("fallbacks after the update: %s %s", refund, status)
 	}
 }
 
