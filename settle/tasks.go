@@ -130,7 +130,7 @@ func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string)
 	return nil
 }
 
-// releaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval
+// ReleaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval
 // to void, TaskRecheck for an attempt found not processed that may yet be processed late. It
 // is started no sooner than after. A task that cannot be queued is logged loudly: ops must
 // look at that gateway's ledger.
