@@ -420,7 +420,7 @@ func TestRefund(t *testing.T) {
 					got.Reference != payrouter.RefundReference(id) || got.Gateway != "paywell" {
 					t.Errorf("stored refund %+v, %v; want %s of %d", got, err, tc.wantRefund, tc.wantAmount)
 				}
-				if tc.wantRefund == payrouter.RefundFailed && len(got.Detail) == 0 {
+				if tc.wantRefund == payrouter.RefundFailed && got.Detail == "" {
 					t.Error("a failed refund says nothing of why")
 				}
 				if err == nil && rf != nil && (rf.ID != id || rf.Status != tc.wantRefund) {
