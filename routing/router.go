@@ -15,9 +15,9 @@ import (
 	"github.com/payrouter/payrouter/settle"
 )
 
-// Router runs charges through their route's gateways.
+// Router runs charges through their route's gateways; its Settler does what follows.
 type Router struct {
-	// tab is the configuration in use: routes and adapters; Update swaps it.
+	// tab is the configuration in use: routes, adapters and domains; Update swaps it.
 	tab     atomic.Pointer[table]
 	domains *resilience.Domains
 	charges payrouter.ChargeStore
@@ -98,9 +98,10 @@ func New(cfg Config) (*Router, error) {
 }
 
 // table is what a reload changes in a Router: the routes, the adapters (of retired gateways
-// too, for the charges they hold), the failure domains they run under and the fallbacks. A charge runs on the
-// table it started with; what recent attempts tell of each gateway (hedge delays, success_rate)
-// and each hedged route's token bucket carry over to the next table by name.
+// too, for the charges they hold) and the failure domains they run under. A charge runs on the
+// table it started with, handed to every step explicitly (chargeRun.tab); what recent attempts
+// tell of each gateway (hedge delays, success_rate) and each hedged route's token bucket carry
+// over to the next table by name.
 type table struct {
 	routes []Route
 	// gw is the adapters and the failure domains every gateway call of a charge goes through.
@@ -129,7 +130,8 @@ func checkRoutes(routes []Route, gateways map[string]payrouter.Gateway, set *res
 // Update makes routes, gateways (the adapters by name, those of retired gateways included) and
 // the fallbacks (as in Config) the router's, over the domains' current set: call it after the
 // Domains' Update. Charges under way finish on the routes and domains they started with; their
-// follow-ups (capture, refunds, queued tasks) reach their gateway while its adapter is in
+// follow-ups (capture, refunds, queued tasks: the Settler, given the same gateways and the
+// fallbacks right after the router's table) reach their gateway while its adapter is in
 // gateways.
 func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, refund, status fallback.Policy) error {
 	set := r.domains.Current()
