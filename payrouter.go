@@ -237,6 +237,17 @@ func AttemptReference(chargeID string, n int) string {
 	return chargeID + "-a" + strconv.Itoa(n)
 }
 
+// OperationReference is the reference of op (capture, void, or the refund that releases a stray
+// capture) on the charge attempt sent with reference attempt: every later call on that
+// authorization sends it, so that a repeat after a lost answer is applied once. A status
+// look-up sends the attempt's own reference; a refund of a charge, RefundReference.
+func OperationReference(attempt string, op Operation) string {
+	if op == OpStatus {
+		return attempt
+	}
+	return attempt + "-" + string(op)
+}
+
 // RefundStatus is the status of a refund.
 type RefundStatus string
 

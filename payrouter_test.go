@@ -82,3 +82,20 @@ func TestCode(t *testing.T) {
 		})
 	}
 }
+
+// The references of the operations on an attempt are what gateways have already recorded for
+// it: a capture, void or refund sent again after an upgrade must carry the same reference, or a
+// gateway would apply it twice.
+func TestOperationReference(t *testing.T) {
+	attempt := AttemptReference("ch_1", 2)
+	for op, want := range map[Operation]string{
+		OpCapture: "ch_1-a2-capture",
+		OpVoid:    "ch_1-a2-void",
+		OpRefund:  "ch_1-a2-refund",
+		OpStatus:  "ch_1-a2",
+	} {
+		if got := OperationReference(attempt, op); got != want {
+			t.Errorf("OperationReference(%q, %s) = %q; want %q", attempt, op, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // chargeView is the charge object of CONTRACT.md: what the storefront sees of a charge.
@@ -82,7 +83,7 @@ type answer struct {
 	header map[string]string
 	body   []byte
 	// charge, when set, is a charge whose final state idempotent stores with the answer, in one
-	// step (the Router leaves it: routing.Config.LeaveFinalSave).
+	// step (the Router leaves it: routing.FinalState).
 	charge *payrouter.Charge
 }
 
@@ -384,7 +385,7 @@ func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Conte
 func chargeIDFor(scope, key string) string { return idFor("ch_", scope, key) }
 
 // refundIDFor is the id of the refund an Idempotency-Key asks for, for the same reason
-// (routing.Router.Refund): a retry after a crash finds the refund instead of making a second.
+// (settle.Settler.Refund): a retry after a crash finds the refund instead of making a second.
 func refundIDFor(scope, key string) string { return idFor("re_", "refund\n"+scope, key) }
 
 // idFor derives an id with prefix from an API key's scope and an Idempotency-Key.
@@ -397,9 +398,8 @@ func idFor(prefix, scope, key string) string {
 func (s *server) runCharge(c echo.Context, id, owner string, in chargeInput, hold payrouter.Hold) (answer, error) {
 	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, owner, in, hold))
 	a, aerr := s.chargeAnswer(c, ch, err)
-	var u *fallback.Unavailable
-	if aerr == nil && s.Router.LeavesFinalSave() && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
-		a.charge = ch // a gateway was called: its final state is stored with the answer
+	if aerr == nil {
+		a.charge = routing.FinalState(ch, err) // a gateway was called: its final state is stored with the answer
 	}
 	return a, aerr
 }
@@ -458,7 +458,7 @@ func (s *server) getCharge(c echo.Context) error {
 	if err := s.ownCharge(c, c.Param("id")); err != nil {
 		return s.writeError(c, "charge.get_failed", err)
 	}
-	ch, stale, err := s.Router.Refresh(c.Request().Context(), c.Param("id"))
+	ch, stale, err := s.Router.Settler().Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return s.writeError(c, "charge.get_failed", err)
 	}

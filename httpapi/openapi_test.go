@@ -736,7 +736,7 @@ fallbacks:
 	st.store = &flakyStore{Store: memstore.New(), refunds: map[string][]string{}}
 	router, err := routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: adapters, Domains: domains, Charges: st.store,
-		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
+		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
 	})

@@ -14,7 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/settle"
 )
 
 // The operations on an answered charge (capture, void, refund) and the refund look-up.
@@ -141,23 +141,23 @@ func (s *server) ownCharge(c echo.Context, id string) error {
 	ch, err := s.Store.Charge(c.Request().Context(), id)
 	switch {
 	case errors.Is(err, payrouter.ErrNotFound):
-		return routing.ErrNoCharge(id)
+		return settle.ErrNoCharge(id)
 	case err != nil:
 		return err
 	case !ch.OwnedBy(c.Get("key_scope").(string)):
-		return routing.ErrNoCharge(id)
+		return settle.ErrNoCharge(id)
 	}
 	return nil
 }
 
 // captureCharge is POST /charge/{id}/capture.
 func (s *server) captureCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "capture", s.Router.Capture)
+	return s.changeAuthorization(c, "capture", s.Router.Settler().Capture)
 }
 
 // voidCharge is POST /charge/{id}/void.
 func (s *server) voidCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "void", s.Router.Void)
+	return s.changeAuthorization(c, "void", s.Router.Settler().Void)
 }
 
 // changeAuthorization runs capture or void under the request's Idempotency-Key and answers 200
@@ -197,7 +197,7 @@ func (s *server) refundCharge(c echo.Context) error {
 	refundID := refundIDFor(c.Get("key_scope").(string), key)
 	c.Set("refund_id", refundID)
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
-		rf, err := s.Router.Refund(c.Request().Context(), id, amount, refundID)
+		rf, err := s.Router.Settler().Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {
 			return s.errorAnswer(c, "refund.failed", err)
 		}
@@ -227,9 +227,9 @@ func refundAnswer(rf *payrouter.Refund) (answer, error) {
 
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
-	rf, err := s.Router.GetRefund(c.Request().Context(), c.Param("id"))
+	rf, err := s.Router.Settler().GetRefund(c.Request().Context(), c.Param("id"))
 	if err == nil && !rf.OwnedBy(c.Get("key_scope").(string)) {
-		err = routing.ErrNoRefund(rf.ID)
+		err = settle.ErrNoRefund(rf.ID)
 	}
 	if err != nil {
 		return s.writeError(c, "refund.get_failed", err)

@@ -70,8 +70,7 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts .
 	router, err := routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
 		Gateways: adapters, Domains: st.domains, Charges: store, Budget: 2 * time.Second,
-		LeaveFinalSave: true, // as serve wires it: the final state goes with the idempotency answer
-		Refunds:        store, Queue: store, Observer: metrics.RouterObserver(),
+		Refunds: store, Queue: store, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {
 		t.Fatal(err)

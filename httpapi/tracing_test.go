@@ -86,7 +86,7 @@ func newTracedStack(t *testing.T) *tracedStack {
 	var err error
 	st.router, err = routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
-		Gateways: adapters, Domains: st.domains, Charges: st.store, Budget: 2 * time.Second, LeaveFinalSave: true,
+		Gateways: adapters, Domains: st.domains, Charges: st.store, Budget: 2 * time.Second,
 		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/settle"
 )
 
 // Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
@@ -113,33 +113,27 @@ func (l *latencies) p95() (time.Duration, bool) {
 // recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
-func (r *Router) recordAttempt(gateway string, res payrouter.Result, d time.Duration) {
-	st := r.table().stats[gateway]
-	if st == nil {
+func (t *table) recordAttempt(now time.Time, res settle.Result) {
+	st := t.stats[res.Gateway]
+	if st == nil || !res.Called {
 		return
 	}
 	switch res.Outcome {
-	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
-		return
-	case payrouter.OutcomeError:
-		if res.Detail == notCalled.Detail {
-			return
-		}
 	case payrouter.OutcomeSucceeded:
-		st.approvals.add(r.now(), true)
+		st.approvals.add(now, true)
 	case payrouter.OutcomeDeclined:
-		st.approvals.add(r.now(), false)
+		st.approvals.add(now, false)
 	}
-	st.latency.add(d)
+	st.latency.add(res.Duration)
 }
 
 // hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
 // without enough samples yet).
-func (r *Router) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
+func (t *table) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
 	if !h.P95 {
 		return h.After, h.After > 0
 	}
-	if st := r.table().stats[gateway]; st != nil {
+	if st := t.stats[gateway]; st != nil {
 		return st.latency.p95()
 	}
 	return 0, false
@@ -174,22 +168,11 @@ type flight struct {
 // it may have processed the charge and the charge was still waiting for it.
 type flightAnswer struct {
 	f        *flight
+	called   bool              // the gateway was asked (settle.Result.Called)
 	own      payrouter.Outcome // the gateway's answer to the call itself
 	res      payrouter.Result  // that answer, or what a status look-up made of it
 	d        time.Duration
 	resolved payrouter.TxState // what a status look-up found; "" when none was made
-}
-
-// called reports whether the gateway was asked (not refused by its breaker or bulkhead, nor
-// abandoned because the charge could not be stored).
-func (a flightAnswer) called() bool {
-	switch a.res.Outcome {
-	case payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
-		return false
-	case payrouter.OutcomeError:
-		return a.res.Detail != notCalled.Detail
-	}
-	return true
 }
 
 // hedgedRun is a charge on a hedged route while its authorize-only attempts run.
@@ -236,87 +219,111 @@ func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBu
 	if deadline, ok := ctx.Deadline(); ok {
 		h.deadline = deadline
 	} else {
-		h.deadline = run.now().Add(run.budget)
+		h.deadline = run.r.now().Add(run.r.budget)
 	}
-
-	var (
-		live        []*flight      // started, not answered
-		answered    []flightAnswer // in the order they came
-		hedgeCalled bool           // a hedge was started (and not refused)
-		timer       *time.Timer
-		timerC      <-chan time.Time
-	)
-	stopTimer := func() {
-		if timer != nil {
-			timer.Stop()
-			timer, timerC = nil, nil
-		}
-	}
-	defer stopTimer()
-	next := 0
-	// startHedge starts the next candidate as a hedge of the live primary, if the budget pays.
-	startHedge := func() {
-		if next >= len(candidates) || !budget.take() {
-			return
-		}
-		for _, f := range live {
-			if !f.hedge && !f.rechecked {
-				h.releaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.now()))
-				f.rechecked = true
-			}
-		}
-		live = append(live, h.launch(ctx, candidates[next], true))
-		next++
-	}
-
+	l := &hedgeLoop{h: h, policy: policy, budget: budget, candidates: candidates}
+	defer l.stopTimer()
 	for {
-		if len(live) == 0 {
-			if h.storeFailed() {
-				return nil, true
+		if len(l.live) == 0 {
+			if rest, done, wait := l.startPrimary(ctx); !wait {
+				return rest, done
 			}
-			if h.decide(ctx, answered, nil, hedgeCalled) {
-				return nil, true
-			}
-			// Nothing was processed anywhere. Before any hedge, the next candidate is the first
-			// gateway of a hedged charge again; after one, ordinary failover goes on.
-			if hedgeCalled || len(candidates)-next < 2 || !budget.has() {
-				return candidates[next:], false
-			}
-			delay, ok := run.hedgeDelay(policy, candidates[next])
-			if !ok {
-				return candidates[next:], false
-			}
-			live = append(live, h.launch(ctx, candidates[next], false))
-			next++
-			timer = time.NewTimer(delay)
-			timerC = timer.C
 		}
-
 		select {
-		case <-timerC:
-			timer, timerC = nil, nil
-			startHedge()
+		case <-l.timerC:
+			l.timer, l.timerC = nil, nil
+			l.startHedge(ctx)
 		case a := <-h.answers:
-			live = slices.DeleteFunc(live, func(f *flight) bool { return f == a.f })
-			h.record(a)
-			if a.f.hedge && !a.called() && !h.storeFailed() {
-				budget.giveBack()
-				if len(live) > 0 {
-					startHedge() // the next candidate whose guard admits it
-				}
-			} else if a.f.hedge {
-				hedgeCalled = true
-			}
-			answered = append(answered, a)
-			if len(live) == 0 {
-				stopTimer()
-			}
-			if a.res.Outcome == payrouter.OutcomeSucceeded {
-				h.decide(ctx, answered, live, hedgeCalled || hasHedge(live))
+			if l.answer(ctx, a) {
 				return nil, true
 			}
 		}
 	}
+}
+
+// hedgeLoop is what hedged keeps track of while a hedged charge's flights run.
+type hedgeLoop struct {
+	h          *hedgedRun
+	policy     *Hedge
+	budget     *hedgeBudget
+	candidates []string
+	next       int            // the next candidate to start
+	live       []*flight      // started, not answered
+	answered   []flightAnswer // in the order they came
+	// hedgeCalled: a hedge was started (and not refused).
+	hedgeCalled bool
+	timer       *time.Timer
+	timerC      <-chan time.Time
+}
+
+func (l *hedgeLoop) stopTimer() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer, l.timerC = nil, nil
+	}
+}
+
+// startPrimary runs when no flight is live: the charge is decided (or could not be stored), or
+// nothing was processed anywhere. Before any hedge, the next candidate then starts as the first
+// gateway of a hedged charge again, with the hedge timer (wait is true); after one, or when no
+// hedge could happen, ordinary failover goes on with rest.
+func (l *hedgeLoop) startPrimary(ctx context.Context) (rest []string, done, wait bool) {
+	h := l.h
+	if h.storeFailed() || h.decide(ctx, l.answered, nil, l.hedgeCalled) {
+		return nil, true, false
+	}
+	if l.hedgeCalled || len(l.candidates)-l.next < 2 || !l.budget.has() {
+		return l.candidates[l.next:], false, false
+	}
+	delay, ok := h.tab.hedgeDelay(l.policy, l.candidates[l.next])
+	if !ok {
+		return l.candidates[l.next:], false, false
+	}
+	l.live = append(l.live, h.launch(ctx, l.candidates[l.next], false))
+	l.next++
+	l.timer = time.NewTimer(delay)
+	l.timerC = l.timer.C
+	return nil, false, true
+}
+
+// startHedge starts the next candidate as a hedge of the live primary, if the budget pays.
+func (l *hedgeLoop) startHedge(ctx context.Context) {
+	h := l.h
+	if l.next >= len(l.candidates) || !l.budget.take() {
+		return
+	}
+	for _, f := range l.live {
+		if !f.hedge && !f.rechecked {
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
+			f.rechecked = true
+		}
+	}
+	l.live = append(l.live, h.launch(ctx, l.candidates[l.next], true))
+	l.next++
+}
+
+// answer takes in one flight's answer; it reports true when the charge is decided (an approval).
+func (l *hedgeLoop) answer(ctx context.Context, a flightAnswer) bool {
+	h := l.h
+	l.live = slices.DeleteFunc(l.live, func(f *flight) bool { return f == a.f })
+	h.record(a)
+	if a.f.hedge && !a.called && !h.storeFailed() {
+		l.budget.giveBack()
+		if len(l.live) > 0 {
+			l.startHedge(ctx) // the next candidate whose guard admits it
+		}
+	} else if a.f.hedge {
+		l.hedgeCalled = true
+	}
+	l.answered = append(l.answered, a)
+	if len(l.live) == 0 {
+		l.stopTimer()
+	}
+	if a.res.Outcome == payrouter.OutcomeSucceeded {
+		h.decide(ctx, l.answered, l.live, l.hedgeCalled || hasHedge(l.live))
+		return true
+	}
+	return false
 }
 
 // hasHedge reports whether one of the flights is a hedge.
@@ -336,25 +343,19 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	snapshot.Attempts = slices.Clone(c.Attempts)
 	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
 	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
-	f := &flight{name: name, gw: h.gateways[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.now()}
+	f := &flight{name: name, gw: h.tab.gw.Adapters[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
 
-	req := payrouter.ChargeRequest{
-		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
-		Capture: false, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
-	}
+	req := authorization(c, ref, false)
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
-	guard := h.set.Guard(name, payrouter.OpCharge)
+	call := h.tab.gw.Call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return f.gw.Authorize(ctx, req) })
+	call.Attempt, call.Hedge = f.index+1, hedge
+	call.Before = func(ctx context.Context) bool { return h.storeBeforeCall(ctx, &snapshot) }
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.deadline)
 	go func() {
 		defer cancel()
-		res, d := guard.Do(resilience.WithAttempt(callCtx, f.index+1, hedge), func(ctx context.Context) payrouter.Result {
-			if !h.storeBeforeCall(ctx, &snapshot) {
-				return notCalled
-			}
-			return f.gw.Authorize(ctx, req)
-		})
-		h.recordAttempt(name, res, d)
-		a := flightAnswer{f: f, own: res.Outcome, res: res, d: d}
+		res := call.Do(callCtx)
+		h.tab.recordAttempt(h.r.now(), res)
+		a := flightAnswer{f: f, called: res.Called, own: res.Outcome, res: res.Result, d: res.Duration}
 		if res.Outcome.MayHaveProcessed() && !h.decided.Load() {
 			a.res = h.resolve(callCtx, &look, f.gw, name, ref)
 			a.resolved = a.res.State
@@ -376,7 +377,7 @@ func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Cha
 	if h.storeErr != nil {
 		return false
 	}
-	if err := h.charges.SaveCharge(ctx, snapshot); err != nil {
+	if err := h.r.charges.SaveCharge(ctx, snapshot); err != nil {
 		h.storeErr = err
 		return false
 	}
@@ -399,16 +400,16 @@ func (h *hedgedRun) storeFailed() bool {
 func (h *hedgedRun) record(a flightAnswer) {
 	at := &h.c.Attempts[a.f.index]
 	at.Outcome, at.Duration, at.Resolved = a.own, a.d, a.resolved
-	if a.called() {
+	if a.called {
 		at.Reference = a.f.ref
 		if a.res.Outcome != payrouter.OutcomeSucceeded {
-			h.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
+			h.r.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 				"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "detail", a.res.Detail)
 		}
 	}
 	if a.resolved == payrouter.TxNotFound {
 		// Never received: a gateway may still process it late, so it is looked up again.
-		h.releaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.timeout(a.f.name, payrouter.OpCharge))
+		h.r.settler.ReleaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
 	}
 }
 
@@ -473,7 +474,7 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 	for i := range answered {
 		if a := &answered[i]; a != keep && kindOf(*a) == maybe && !a.f.rechecked {
-			h.releaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
 		}
 	}
 	if len(live) > 0 {
@@ -481,16 +482,16 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 
 	if win == nil {
-		h.settle(h.c, keep.f.name, keep.f.ref, keep.res)
+		settle.Apply(h.c, keep.f.name, keep.f.ref, keep.res)
 		return true
 	}
-	h.settle(h.c, win.f.name, win.f.ref, win.res)
+	settle.Apply(h.c, win.f.name, win.f.ref, win.res)
 	if hedged {
 		result := "won_primary"
 		if win.f.hedge {
 			result = "won_hedge"
 		}
-		h.obs.HedgeDone(result)
+		h.r.obs.HedgeDone(result)
 	}
 	h.completeWinner(ctx, win)
 	return true
@@ -510,18 +511,18 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		return
 	}
 	req := payrouter.TxRequest{
-		Reference: win.f.ref + "-capture", ChargeReference: win.f.ref, GatewayReference: win.res.GatewayReference,
-		Amount: c.Amount, Currency: c.Currency,
+		Reference: payrouter.OperationReference(win.f.ref, payrouter.OpCapture), ChargeReference: win.f.ref,
+		GatewayReference: win.res.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, _ := h.domains.Guard(win.f.name, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := h.tab.gw.Call(win.f.name, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return win.f.gw.Capture(ctx, req)
-	})
+	}).Do(ctx)
 	if res.Outcome == payrouter.OutcomeSucceeded {
 		c.Status = payrouter.StatusSucceeded
 		return
 	}
 	c.Status = payrouter.StatusProcessing
-	h.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
+	h.r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", win.f.name, "outcome", res.Outcome,
 		"detail", res.Detail, "then", "processing: the reconciler captures the authorization")
 }
 
@@ -536,75 +537,33 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 		c.Attempts[f.index].Outcome = payrouter.OutcomeUnknown // not known when the charge answered
 		c.Attempts[f.index].Reference = f.ref
 		if !f.rechecked {
-			left := max(f.start.Add(h.timeout(f.name, payrouter.OpCharge)).Sub(h.now()), 0)
-			h.releaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
+			left := max(f.start.Add(h.tab.gw.Timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
+			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
 		}
 	}
-	answers, router, n := h.answers, h.Router, len(live)
+	answers, router, tab, n := h.answers, h.r, h.tab, len(live)
 	router.late.Go(func() {
 		for range n {
 			a := <-answers // every flight answers by its deadline
-			router.finishLate(keep, a)
+			router.finishLate(tab, keep, a)
 		}
 	})
 }
 
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
-// approval is voided at once (or queued until it is), and the stored charge shows how it ended.
-func (r *Router) finishLate(c *payrouter.Charge, a flightAnswer) {
+// approval is voided at once, through the gateways of the charge's table (or queued until it
+// is), and the stored charge shows how it ended.
+func (r *Router) finishLate(tab *table, c *payrouter.Charge, a flightAnswer) {
 	voided := false
 	if a.res.Outcome == payrouter.OutcomeSucceeded {
-		voided = r.voidApproval(c, a.f, a.res.GatewayReference)
+		r.obs.HedgeDone("voided")
+		voided = r.settler.VoidStray(tab.gw, c, a.f.name, a.f.ref, a.res.GatewayReference)
 	}
 	r.log.Info("charge.late_answer", "charge_id", c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := r.noteLateAnswer(ctx, c.ID, a, voided); err != nil {
+	if err := r.settler.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
 		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
-}
-
-// voidApproval voids an approval no charge keeps, through the gateway's void guard; a void that
-// fails is queued (TaskVoid) and retried until it is done. It reports whether it is voided now.
-func (r *Router) voidApproval(c *payrouter.Charge, f *flight, gwRef string) bool {
-	r.obs.HedgeDone("voided")
-	req := payrouter.TxRequest{
-		Reference: f.ref + "-void", ChargeReference: f.ref, GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout(f.name, payrouter.OpVoid))
-	defer cancel()
-	res, _ := r.domains.Guard(f.name, payrouter.OpVoid).Do(ctx, func(ctx context.Context) payrouter.Result {
-		return f.gw.Void(ctx, req)
-	})
-	if res.Outcome == payrouter.OutcomeSucceeded {
-		return true
-	}
-	r.log.WarnContext(ctx, "charge.void_failed", "charge_id", c.ID, "gateway", f.name, "reference", f.ref, "outcome", res.Outcome,
-		"detail", res.Detail, "then", "queued")
-	r.releaseLater(ctx, payrouter.TaskVoid, c, f.name, f.ref, gwRef, 0)
-	return false
-}
-
-// noteLateAnswer writes how a late attempt ended into its stored charge, once the charge's
-// answer is stored: a charge still stored as processing is about to be written whole with its
-// answer, which a write from here must not undo (the attempt then stays as the answer showed it,
-// unknown, and the money is right either way).
-func (r *Router) noteLateAnswer(ctx context.Context, chargeID string, a flightAnswer, voided bool) error {
-	c, err := r.charges.Charge(ctx, chargeID)
-	if err != nil {
-		return err
-	}
-	if c.Status == payrouter.StatusProcessing {
-		return nil
-	}
-	for i := range c.Attempts {
-		at := &c.Attempts[i]
-		if at.Gateway == a.f.name && at.Reference == a.f.ref {
-			at.Outcome, at.Duration, at.Voided = a.own, a.d, at.Voided || voided
-			c.UpdatedAt = r.now().UTC()
-			return r.charges.SaveCharge(ctx, c)
-		}
-	}
-	return nil
 }

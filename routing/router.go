@@ -12,11 +12,12 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/settle"
 )
 
-// Router runs charges through their route's gateways.
+// Router runs charges through their route's gateways; its Settler does what follows.
 type Router struct {
-	// tab is the configuration in use: routes and adapters; Update swaps it.
+	// tab is the configuration in use: routes, adapters and domains; Update swaps it.
 	tab     atomic.Pointer[table]
 	domains *resilience.Domains
 	charges payrouter.ChargeStore
@@ -24,25 +25,20 @@ type Router struct {
 	log     *slog.Logger
 	now     func() time.Time
 	rnd     func(n int) int
-	// leaveFinalSave: Config.LeaveFinalSave.
-	leaveFinalSave bool
-	refunds        payrouter.RefundStore
-	queue          payrouter.Queue
-	obs            Observer
+	obs     Observer
+	// settler does what happens to a charge after its first answer.
+	settler *settle.Settler
 	// late counts the attempts left running in the background when their charge answered.
 	late sync.WaitGroup
 }
 
-// Observer is told what the router decided beyond single gateway calls (the resilience Observer
-// sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
+// Observer is told what the router and its Settler decided beyond single gateway calls (the
+// resilience Observer sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
 type Observer interface {
-	// FallbackUsed: no gateway could take op, and policy answered.
-	FallbackUsed(op payrouter.Operation, policy fallback.Policy)
+	settle.Observer
 	// HedgeDone: a hedged charge ended; result is won_primary, won_hedge or voided (once per
 	// voided approval).
 	HedgeDone(result string)
-	// ChargeReconciled: the reconciler found a processing charge final, took after its creation.
-	ChargeReconciled(status payrouter.ChargeStatus, took time.Duration)
 }
 
 // nopObserver is the Observer when Config gives none.
@@ -51,9 +47,6 @@ type nopObserver struct{}
 func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
 func (nopObserver) HedgeDone(string)                                       {}
 func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
-
-// LeavesFinalSave reports whether the caller stores each charge's final state (Config.LeaveFinalSave).
-func (r *Router) LeavesFinalSave() bool { return r.leaveFinalSave }
 
 // Config is what a Router needs.
 type Config struct {
@@ -65,12 +58,6 @@ type Config struct {
 	// longer.
 	Budget time.Duration
 	Log    *slog.Logger
-	// LeaveFinalSave leaves storing a charge's final state to the caller, which stores it with
-	// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one round
-	// trip to Redis less per charge. The charge is still stored as processing before its first
-	// gateway call, whatever this says. The caller must store the final state of every charge
-	// Charge returns with a nil error, and of an Unavailable with a ChargeID.
-	LeaveFinalSave bool
 	// Refunds keeps refunds; Queue keeps the money work done later: queued refunds, voids of
 	// approvals no charge keeps, rechecks of attempts that may be approved late.
 	Refunds payrouter.RefundStore
@@ -96,30 +83,33 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		domains: cfg.Domains, charges: cfg.Charges,
-		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, leaveFinalSave: cfg.LeaveFinalSave,
-		refunds: cfg.Refunds, queue: cfg.Queue, obs: cfg.Observer,
+		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, obs: cfg.Observer,
 	}
 	if r.obs == nil {
 		r.obs = nopObserver{}
 	}
-	r.tab.Store(newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current(), cfg.RefundFallback, cfg.StatusFallback))
+	tab := newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current())
+	r.tab.Store(tab)
+	r.settler = settle.New(settle.Config{
+		Gateways: tab.gw, Charges: cfg.Charges, Refunds: cfg.Refunds, Queue: cfg.Queue, Budget: cfg.Budget, Log: log,
+		RefundFallback: cfg.RefundFallback, StatusFallback: cfg.StatusFallback, Observer: r.obs,
+	})
 	return r, nil
 }
 
 // table is what a reload changes in a Router: the routes, the adapters (of retired gateways
-// too, for the charges they hold), the failure domains they run under and the fallbacks. A charge runs on the
-// table it started with; what recent attempts tell of each gateway (hedge delays, success_rate)
-// and each hedged route's token bucket carry over to the next table by name.
+// too, for the charges they hold) and the failure domains they run under. A charge runs on the
+// table it started with, handed to every step explicitly (chargeRun.tab); what recent attempts
+// tell of each gateway (hedge delays, success_rate) and each hedged route's token bucket carry
+// over to the next table by name.
 type table struct {
-	routes   []Route
-	gateways map[string]payrouter.Gateway
-	set      *resilience.DomainSet
+	routes []Route
+	// gw is the adapters and the failure domains every gateway call of a charge goes through.
+	gw *settle.Gateways
 	// stats is what recent charge attempts tell of each gateway; hedgeBudgets the hedge token
 	// bucket of each hedged route, by name. hedge.go, strategy.go.
 	stats        map[string]*gatewayStats
 	hedgeBudgets map[string]*hedgeBudget
-	// refundFallback and statusFallback: Config.RefundFallback and Config.StatusFallback.
-	refundFallback, statusFallback fallback.Policy
 }
 
 // table returns the table in use now.
@@ -140,14 +130,17 @@ func checkRoutes(routes []Route, gateways map[string]payrouter.Gateway, set *res
 // Update makes routes, gateways (the adapters by name, those of retired gateways included) and
 // the fallbacks (as in Config) the router's, over the domains' current set: call it after the
 // Domains' Update. Charges under way finish on the routes and domains they started with; their
-// follow-ups (capture, refunds, queued tasks) reach their gateway while its adapter is in
+// follow-ups (capture, refunds, queued tasks: the Settler, given the same gateways and the
+// fallbacks right after the router's table) reach their gateway while its adapter is in
 // gateways.
 func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, refund, status fallback.Policy) error {
 	set := r.domains.Current()
 	if err := checkRoutes(routes, gateways, set); err != nil {
 		return err
 	}
-	r.tab.Store(newTable(r.table(), routes, gateways, set, refund, status))
+	tab := newTable(r.table(), routes, gateways, set)
+	r.tab.Store(tab)
+	r.settler.Update(tab.gw, refund, status)
 	return nil
 }
 
@@ -159,7 +152,7 @@ func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []strin
 
 func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gateways []string, err error) {
 	if c.PinnedGateway != "" {
-		if tab.gateways[c.PinnedGateway] == nil || !tab.set.Live(c.PinnedGateway) {
+		if tab.gw.Adapters[c.PinnedGateway] == nil || !tab.gw.Domains.Live(c.PinnedGateway) {
 			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
 		}
 		return "", []string{c.PinnedGateway}, nil
@@ -172,13 +165,14 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Charge runs a new charge: tried at each candidate gateway under the failover rules, stored as
-// processing just before the first gateway call (so that a crash mid-call leaves it for
-// reconciliation) and stored again with its final answer. A charge no gateway was called for is
-// never stored: during an outage the fast 503 path writes nothing. It returns the charge, or a
-// *fallback.Unavailable when no gateway could take it. The budget runs from the call, and a caller
-// that goes away does not cancel gateway calls under way: a charge cut off mid-call would become
-// an unknown outcome.
+// Charge runs a new charge: tried at each candidate gateway under the failover rules, and stored
+// as processing just before the first gateway call (so that a crash mid-call leaves it for
+// reconciliation). Its final state is the caller's to store (FinalState says which charge), with
+// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one write per
+// charge less. A charge no gateway was called for is never stored: during an outage the fast
+// 503 path writes nothing. It returns the charge, or a *fallback.Unavailable when no gateway
+// could take it. The budget runs from the call, and a caller that goes away does not cancel
+// gateway calls under way: a charge cut off mid-call would become an unknown outcome.
 func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
 	tab := r.table()
 	route, candidates, err := r.candidates(tab, c)
@@ -195,7 +189,7 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	run := chargeRun{Router: r, table: tab, c: c}
+	run := chargeRun{r: r, tab: tab, c: c}
 	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
@@ -206,22 +200,25 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	if run.stored {
 		c.UpdatedAt = r.now().UTC()
 	}
-	if run.stored && !r.leaveFinalSave {
-		// The answer is stored even when the budget ran out: the caller is told about it.
-		saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancelSave()
-		if err := r.charges.SaveCharge(saveCtx, c); err != nil {
-			r.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
-		}
-	}
 	if unavailable {
-		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, r.openUntil, r.now())
+		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now())
 		if run.stored {
 			u.ChargeID = c.ID
 		}
 		return c, u
 	}
 	return c, nil
+}
+
+// FinalState returns the charge whose final state the caller of Charge must store, given what
+// Charge returned: the charge when a gateway was called for it (a nil error, or an Unavailable
+// with a ChargeID), nil when nothing is to be stored.
+func FinalState(c *payrouter.Charge, err error) *payrouter.Charge {
+	var u *fallback.Unavailable
+	if c != nil && (err == nil || errors.As(err, &u) && u.ChargeID != "") {
+		return c
+	}
+	return nil
 }
 
 // FastFail answers a charge that no gateway can take now, every candidate's charge breaker being
@@ -237,7 +234,7 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		return nil, false
 	}
 	for _, name := range candidates {
-		if g := tab.set.Guard(name, payrouter.OpCharge); g == nil || g.Breaker().State() != resilience.StateOpen {
+		if g := tab.gw.Domains.Guard(name, payrouter.OpCharge); g == nil || g.Breaker().State() != resilience.StateOpen {
 			return nil, false
 		}
 	}
@@ -246,14 +243,15 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		// Through the guard, so that the refusal is counted and traced as Charge's would be;
 		// should the breaker have turned half-open since, the call it admits sends nothing
 		// (excluded from its counts, its trial handed back) and Charge decides instead.
-		res, d := tab.set.Guard(name, payrouter.OpCharge).Do(resilience.WithAttempt(ctx, i+1, false),
-			func(context.Context) payrouter.Result { return notCalled })
+		call := tab.gw.Call(name, payrouter.OpCharge, "", nil)
+		call.Attempt, call.Before = i+1, func(context.Context) bool { return false }
+		res := call.Do(ctx)
 		if res.Outcome != payrouter.OutcomeBreakerOpen {
 			return nil, false
 		}
-		attempts = append(attempts, payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d})
+		attempts = append(attempts, res.Attempt())
 	}
-	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, r.openUntil, r.now()), true
+	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now()), true
 }
 
 // existing looks for a charge stored under c's id before: its request's instance died mid-call,
@@ -278,17 +276,19 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 	r.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,
 		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
 	if prev.Status == payrouter.StatusProcessing {
-		if _, err := r.resolveProcessing(ctx, prev); err != nil {
+		if _, err := r.settler.ResolveProcessing(ctx, prev); err != nil {
 			r.log.WarnContext(ctx, "charge.store_failed", "charge_id", prev.ID, "err", err)
 		}
 	}
 	return prev, true, nil
 }
 
-// chargeRun is one charge on its way through its candidate gateways.
+// chargeRun is one charge on its way through its candidate gateways. Every gateway call it makes
+// goes through tab, the table it started with: a reload under way changes none of its routes,
+// adapters or domains (guards, timeouts, breakers).
 type chargeRun struct {
-	*Router
-	*table   // the routes, adapters and domains it started with
+	r        *Router
+	tab      *table
 	c        *payrouter.Charge
 	stored   bool  // the charge is in the store: a gateway was about to be called
 	storeErr error // storing it failed, so no gateway was called
@@ -306,17 +306,13 @@ func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) 
 		return true
 	}
 	c.Gateway, c.Reference = gateway, ref
-	if err := run.charges.SaveCharge(ctx, c); err != nil {
+	if err := run.r.charges.SaveCharge(ctx, c); err != nil {
 		run.storeErr = err
 		return false
 	}
 	run.stored = true
 	return true
 }
-
-// notCalled is the result of a call abandoned before the gateway was reached: excluded from the
-// breaker's counts like any malformed request of ours.
-var notCalled = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}
 
 // attempt tries the candidates in order and leaves the charge's status set. It reports true when
 // no gateway took the charge and none may have: the charge's fallback answers.
@@ -329,35 +325,26 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	}
 	c := run.c
 	for _, name := range candidates {
-		gw := run.gateways[name]
-		guard := run.set.Guard(name, payrouter.OpCharge)
+		gw := run.tab.gw.Adapters[name]
 		ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
-		req := payrouter.ChargeRequest{
-			Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
-			Capture: c.Capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
-		}
-		res, d := guard.Do(resilience.WithAttempt(ctx, len(c.Attempts)+1, false), func(ctx context.Context) payrouter.Result {
-			if !run.storeBeforeCall(ctx, name, ref) {
-				return notCalled
-			}
-			return gw.Authorize(ctx, req)
-		})
+		req := authorization(c, ref, c.Capture)
+		call := run.tab.gw.Call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return gw.Authorize(ctx, req) })
+		call.Attempt = len(c.Attempts) + 1
+		call.Before = func(ctx context.Context) bool { return run.storeBeforeCall(ctx, name, ref) }
+		answer := call.Do(ctx)
 		if run.storeErr != nil {
 			return false
 		}
-		run.recordAttempt(name, res, d)
-		a := payrouter.Attempt{Gateway: name, Outcome: res.Outcome, Duration: d}
-		if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
-			a.Reference = ref // the gateway was called with it
-			if res.Outcome != payrouter.OutcomeSucceeded {
-				// Refusals without a call are counted by the metrics, not logged one by one: an
-				// outage at full traffic must not flood the logs.
-				run.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", res.Outcome,
-					"duration_ms", d.Milliseconds(), "detail", res.Detail)
-			}
+		run.tab.recordAttempt(run.r.now(), answer)
+		if answer.Called && answer.Outcome != payrouter.OutcomeSucceeded {
+			// Refusals without a call are counted by the metrics, not logged one by one: an
+			// outage at full traffic must not flood the logs.
+			run.r.log.InfoContext(ctx, "charge.attempt", "charge_id", c.ID, "gateway", name, "outcome", answer.Outcome,
+				"duration_ms", answer.Duration.Milliseconds(), "detail", answer.Detail)
 		}
-		c.Attempts = append(c.Attempts, a)
+		c.Attempts = append(c.Attempts, answer.Attempt())
 
+		res := answer.Result
 		if res.Outcome.MayHaveProcessed() {
 			res = run.resolve(ctx, c, gw, name, ref)
 			c.Attempts[len(c.Attempts)-1].Resolved = res.State
@@ -365,7 +352,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				// The gateway never had it: safe to try the next one. A gateway may still
 				// process a request it got late, so the attempt is looked up again later and
 				// an approval found then is voided.
-				run.releaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.timeout(name, payrouter.OpCharge))
+				run.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
 				continue
 			}
 		}
@@ -373,7 +360,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
 			continue
 		}
-		run.settle(c, name, ref, res)
+		settle.Apply(c, name, ref, res)
 		return false
 	}
 	// No gateway took it: the charge names none (storeBeforeCall named the last one called).
@@ -381,94 +368,30 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 	return true
 }
 
-// resolve asks the gateway that may have processed a charge what became of it, within the budget.
-// A look-up that fails leaves the outcome unknown: the charge stays processing for the reconciler,
-// and nothing goes to another gateway.
-func (r *Router) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
-	guard := r.domains.Guard(name, payrouter.OpStatus)
+// authorization is the request that authorizes c with reference ref, capturing it too when
+// capture is set.
+func authorization(c *payrouter.Charge, ref string, capture bool) payrouter.ChargeRequest {
+	return payrouter.ChargeRequest{
+		Reference: ref, Amount: c.Amount, Currency: c.Currency, Token: c.PaymentMethod.Token,
+		Capture: capture, Country: c.Country, CustomerID: c.CustomerID, Description: c.Description,
+	}
+}
+
+// resolve asks the gateway that may have processed a charge what became of it, within the budget,
+// through the status guard of the charge's table. A look-up that fails leaves the outcome
+// unknown: the charge stays processing for the reconciler, and nothing goes to another gateway.
+func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, name, ref string) payrouter.Result {
+	r := run.r
 	req := payrouter.TxRequest{Reference: ref, ChargeReference: ref, Amount: c.Amount, Currency: c.Currency}
-	res, _ := guard.Do(ctx, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) })
+	res := run.tab.gw.Call(name, payrouter.OpStatus, ref, func(ctx context.Context) payrouter.Result { return gw.Status(ctx, req) }).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		r.log.WarnContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", name, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
 	}
 	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
-	return outcomeOfState(res)
+	return settle.OutcomeOfState(res.Result)
 }
 
-// outcomeOfState turns what a status look-up found into the outcome the charge came to: any
-// state of an approved transaction (voided or refunded since included) is an approval, whose
-// state settle then shows as it is.
-func outcomeOfState(res payrouter.Result) payrouter.Result {
-	switch res.State {
-	case payrouter.TxAuthorized, payrouter.TxCaptured, payrouter.TxVoided, payrouter.TxRefunded, payrouter.TxPartiallyRefunded:
-		res.Outcome = payrouter.OutcomeSucceeded
-	case payrouter.TxDeclined:
-		res.Outcome = payrouter.OutcomeDeclined
-	case payrouter.TxNotFound:
-		res.Outcome = payrouter.OutcomeUnavailable
-	case payrouter.TxFailed:
-		res.Outcome = payrouter.OutcomeError
-	default:
-		// pending, or a state a charge attempt should not be in: not known yet.
-		res.Outcome = payrouter.OutcomePending
-	}
-	return res
-}
-
-// settle records the answer of the gateway that decided the charge.
-func (r *Router) settle(c *payrouter.Charge, gateway, ref string, res payrouter.Result) {
-	c.Gateway = gateway
-	c.Reference = ref
-	c.GatewayReference = res.GatewayReference
-	switch res.Outcome {
-	case payrouter.OutcomeSucceeded:
-		// The state the gateway reports is the truth, whatever was asked: an approval sent
-		// again with its reference may come back voided or refunded since.
-		status, known := payrouter.StatusOfState(res.State)
-		switch {
-		case known && status != payrouter.StatusDeclined && status != payrouter.StatusFailed:
-			c.Status = status
-		case c.Capture:
-			c.Status = payrouter.StatusSucceeded
-		default:
-			c.Status = payrouter.StatusRequiresCapture
-		}
-	case payrouter.OutcomeDeclined:
-		c.Status = payrouter.StatusDeclined
-		c.DeclineCode = res.DeclineCode
-		if c.DeclineCode == "" {
-			c.DeclineCode = "declined"
-		}
-	case payrouter.OutcomeError:
-		c.Status = payrouter.StatusFailed
-	default: // pending, timeout, unknown: not known yet
-		c.Status = payrouter.StatusProcessing
-	}
-}
-
-// timeout is the configured timeout of one operation of a gateway.
-func (r *Router) timeout(gateway string, op payrouter.Operation) time.Duration {
-	s, _ := r.domains.Settings(gateway)
-	return s.TimeoutFor(op)
-}
-
-// openUntil is when the charge breaker of a gateway reopens (zero when not open by a trip).
-func (r *Router) openUntil(gateway string) time.Time {
-	if b := r.domains.Breaker(gateway, payrouter.OpCharge); b != nil {
-		return b.OpenUntil()
-	}
-	return time.Time{}
-}
-
-// ErrNoCharge is the answer for a charge id that does not exist, or that the caller may not see.
-func ErrNoCharge(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no charge %q", id) }
-
-// Get returns a stored charge.
-func (r *Router) Get(ctx context.Context, id string) (*payrouter.Charge, error) {
-	c, err := r.charges.Charge(ctx, id)
-	if errors.Is(err, payrouter.ErrNotFound) {
-		return nil, ErrNoCharge(id)
-	}
-	return c, err
-}
+// Settler returns what settles the router's charges after their first answer (capture, void,
+// refunds, look-ups, reconciliation, the durable tasks), on the configuration Update last gave.
+func (r *Router) Settler() *settle.Settler { return r.settler }

@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -154,7 +155,7 @@ func TestChargeFailoverRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.setup(f)
-			c, err := f.router.Charge(t.Context(), newCharge())
+			c, err := charge(t.Context(), f.router, newCharge())
 			var u *fallback.Unavailable
 			if gotFallback := errors.As(err, &u); gotFallback != tc.wantFallback {
 				t.Fatalf("err = %v, want fallback %v", err, tc.wantFallback)
@@ -177,7 +178,7 @@ func TestChargeFailoverRules(t *testing.T) {
 func TestChargeReferencesDifferPerAttemptAndLookUpUsesTheSame(t *testing.T) {
 	f := newFixture(t)
 	f.gw["paywell"].authorize, f.gw["paywell"].status = timedOut, notFound
-	c, err := f.router.Charge(t.Context(), newCharge())
+	c, err := charge(t.Context(), f.router, newCharge())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestChargePinnedGatewayNeverFailsOver(t *testing.T) {
 	f.gw["ding"].authorize = unavailable
 	c := newCharge()
 	c.PinnedGateway = "ding"
-	_, err := f.router.Charge(t.Context(), c)
+	_, err := charge(t.Context(), f.router, c)
 	var u *fallback.Unavailable
 	if !errors.As(err, &u) || !equal(attempts(c), []string{"ding/unavailable"}) {
 		t.Fatalf("err %v attempts %v; want the fallback after ding alone", err, attempts(c))
@@ -208,7 +209,7 @@ func TestChargePinnedGatewayNeverFailsOver(t *testing.T) {
 	}
 	c = newCharge()
 	c.PinnedGateway = "stripe"
-	if _, err := f.router.Charge(t.Context(), c); payrouter.Code(err) != payrouter.EInvalid {
+	if _, err := charge(t.Context(), f.router, c); payrouter.Code(err) != payrouter.EInvalid {
 		t.Errorf("pinned to an unknown gateway: err %v, want invalid", err)
 	}
 }
@@ -222,7 +223,7 @@ func TestChargeIsStoredBeforeTheFirstCall(t *testing.T) {
 			seen = c.Status
 		}
 	}
-	if _, err := f.router.Charge(t.Context(), newCharge()); err != nil {
+	if _, err := charge(t.Context(), f.router, newCharge()); err != nil {
 		t.Fatal(err)
 	}
 	if seen != payrouter.StatusProcessing {
@@ -235,7 +236,7 @@ func TestAuthorizeOnlyRequiresCapture(t *testing.T) {
 	f.gw["paywell"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized}
 	c := newCharge()
 	c.Capture = false
-	if _, err := f.router.Charge(t.Context(), c); err != nil || c.Status != payrouter.StatusRequiresCapture {
+	if _, err := charge(t.Context(), f.router, c); err != nil || c.Status != payrouter.StatusRequiresCapture {
 		t.Fatalf("status %s err %v, want requires_capture", c.Status, err)
 	}
 }
@@ -283,7 +284,7 @@ func TestChargeNoGatewayCalledIsNeverStored(t *testing.T) {
 	for _, n := range []string{"paywell", "ding", "tranglo"} {
 		f.dom.Breaker(n, payrouter.OpCharge).Force(payrouter.ForcedOpen)
 	}
-	_, err := f.router.Charge(t.Context(), newCharge())
+	_, err := charge(t.Context(), f.router, newCharge())
 	var u *fallback.Unavailable
 	if !errors.As(err, &u) || u.ChargeID != "" {
 		t.Fatalf("err %v; want the fallback with no charge id to look up", err)
@@ -303,7 +304,7 @@ func (failingStore) SaveCharge(context.Context, *payrouter.Charge) error {
 func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
 	f := newFixture(t)
 	f.router.charges = failingStore{f.store}
-	_, err := f.router.Charge(t.Context(), newCharge())
+	_, err := charge(t.Context(), f.router, newCharge())
 	if err == nil || payrouter.Code(err) != payrouter.EInternal {
 		t.Fatalf("err %v; want an internal error", err)
 	}
@@ -329,7 +330,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.gw["paywell"].status = foundIt
-		c, err := f.router.Charge(t.Context(), newCharge())
+		c, err := charge(t.Context(), f.router, newCharge())
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
 			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
 		}
@@ -349,7 +350,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 		if err := f.store.SaveCharge(t.Context(), first); err != nil {
 			t.Fatal(err)
 		}
-		c, err := f.router.Charge(t.Context(), newCharge())
+		c, err := charge(t.Context(), f.router, newCharge())
 		if err != nil || c.Status != payrouter.StatusSucceeded {
 			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
 		}
@@ -364,8 +365,23 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 		if err := f.store.SaveCharge(t.Context(), first); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.router.Charge(t.Context(), newCharge()); payrouter.Code(err) != payrouter.EMismatch {
+		if _, err := charge(t.Context(), f.router, newCharge()); payrouter.Code(err) != payrouter.EMismatch {
 			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
 		}
 	})
+}
+
+// charge runs c through r as httpapi does: Charge, then the final state stored in the charge
+// store, which httpapi does with the idempotency answer (payrouter.Store.CompleteCharge) or,
+// without a key, by SaveCharge. The router never stores it itself.
+func charge(ctx context.Context, r *Router, c *payrouter.Charge) (*payrouter.Charge, error) {
+	ch, err := r.Charge(ctx, c)
+	if final := FinalState(ch, err); final != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if serr := r.charges.SaveCharge(sctx, final); serr != nil {
+			return ch, fmt.Errorf("storing the final state of charge %s: %w", final.ID, serr)
+		}
+	}
+	return ch, err
 }

@@ -30,7 +30,7 @@ func TestSuccessRateDecliningGatewayLosesFirstPlace(t *testing.T) {
 		t.Helper()
 		c := newCharge()
 		c.ID = fmt.Sprintf("ch_%d", i)
-		if _, err := f.router.Charge(t.Context(), c); err != nil {
+		if _, err := charge(t.Context(), f.router, c); err != nil {
 			t.Fatal(err)
 		}
 		return c

@@ -29,7 +29,7 @@ func TestVoidedAuthorizationAskedAgainIsVoided(t *testing.T) {
 			f.gw["paywell"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"}
 			c := newCharge()
 			c.Capture = false
-			got, err := f.router.Charge(t.Context(), c)
+			got, err := charge(t.Context(), f.router, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,12 +57,12 @@ func TestLookUpShowsTrueState(t *testing.T) {
 			f.gw["paywell"].authorize = timedOut
 			// A look-up that cannot tell leaves the charge processing for later.
 			f.gw["paywell"].status = payrouter.Result{Outcome: payrouter.OutcomeTimeout}
-			c, err := f.router.Charge(t.Context(), newCharge())
+			c, err := charge(t.Context(), f.router, newCharge())
 			if err != nil || c.Status != payrouter.StatusProcessing {
 				t.Fatalf("charge = %v, %v; want it processing", c, err)
 			}
 			f.gw["paywell"].status = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"}
-			got, _, err := f.router.Refresh(t.Context(), c.ID)
+			got, _, err := f.router.Settler().Refresh(t.Context(), c.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestStalledHolderSendsNothing(t *testing.T) {
 	}
 	c := newCharge()
 	c.Hold = stale
-	_, err = f.router.Charge(ctx, c)
+	_, err = charge(ctx, f.router, c)
 	if !errors.Is(err, payrouter.ErrHoldLost) {
 		t.Fatalf("charge by the stalled holder: %v; want ErrHoldLost", err)
 	}

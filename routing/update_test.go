@@ -3,7 +3,9 @@ package routing
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -44,7 +46,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 	f.gw["ding"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_ding"}
 	held := newCharge()
 	held.Capture = false
-	if _, err := f.router.Charge(context.Background(), held); err != nil || held.Gateway != "ding" {
+	if _, err := charge(context.Background(), f.router, held); err != nil || held.Gateway != "ding" {
 		t.Fatalf("before the reload: %v at %q", err, held.Gateway)
 	}
 	if err := f.store.SaveCharge(context.Background(), held); err != nil {
@@ -57,7 +59,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 	}
 	c := newCharge()
 	c.ID = "ch_after"
-	if _, err := f.router.Charge(context.Background(), c); err != nil || c.Gateway != "adyen" {
+	if _, err := charge(context.Background(), f.router, c); err != nil || c.Gateway != "adyen" {
 		t.Errorf("a charge after the reload: %v at %q, want the new gateway", err, c.Gateway)
 	}
 	pinned := newCharge()
@@ -67,7 +69,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 		t.Errorf("a pin to the removed ding: %v, want invalid", err)
 	}
 	f.gw["ding"].authorize = approved
-	got, err := f.router.Capture(context.Background(), held.ID)
+	got, err := f.router.Settler().Capture(context.Background(), held.ID)
 	if err != nil || got.Status != payrouter.StatusSucceeded {
 		t.Errorf("capturing the charge the removed ding holds: %v, %v", err, got)
 	}
@@ -87,7 +89,7 @@ func TestChargeUnderWayFinishesOnItsConfiguration(t *testing.T) {
 	done := make(chan error)
 	c := newCharge()
 	go func() {
-		_, err := f.router.Charge(context.Background(), c)
+		_, err := charge(context.Background(), f.router, c)
 		done <- err
 	}()
 	<-started
@@ -117,10 +119,104 @@ func TestUpdateCarriesOverLearningAndChangesFallbacks(t *testing.T) {
 	if after.stats["tranglo"] == nil {
 		t.Error("the new gateway has no stats")
 	}
-	if err := f.router.Update([]Route{hedged}, after.gateways, fallback.Fail, fallback.Fail); err != nil {
+	if err := f.router.Update([]Route{hedged}, after.gw.Adapters, fallback.Fail, fallback.Fail); err != nil {
 		t.Fatal(err)
 	}
-	if tab := f.router.table(); tab.refundFallback != fallback.Fail || tab.statusFallback != fallback.Fail {
-		t.Errorf("fallbacks after the update: %s %s", tab.refundFallback, tab.statusFallback)
+	if refund, status := f.router.Settler().Fallbacks(); refund != fallback.Fail || status != fallback.Fail {
+		t.Errorf("fallbacks after the update: %s %s", refund, status)
+	}
+}
+
+// slowFollowUps is a gateway whose status look-ups and captures take delay (or end with the
+// call's deadline, as a gateway that has not answered yet): what a charge's own follow-up
+// calls are bounded by is then the timeout of the domains they go through.
+type slowFollowUps struct {
+	*scripted
+	delay time.Duration
+}
+
+func (g slowFollowUps) wait(ctx context.Context, then func() payrouter.Result) payrouter.Result {
+	select {
+	case <-time.After(g.delay):
+		return then()
+	case <-ctx.Done():
+		return payrouter.Result{Outcome: payrouter.OutcomeTimeout, Detail: "no answer before the deadline"}
+	}
+}
+
+func (g slowFollowUps) Status(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return g.wait(ctx, func() payrouter.Result { return g.scripted.Status(ctx, req) })
+}
+
+func (g slowFollowUps) Capture(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
+	return g.wait(ctx, func() payrouter.Result { return g.scripted.Capture(ctx, req) })
+}
+
+// A reload in the middle of a charge does not switch the domains its calls go through: the
+// status look-up after a timeout, and the capture of a hedged charge's winner, keep the timeout
+// of the configuration the charge started on (1s, enough for the gateway's 300ms), not the
+// 100ms the reload gives paywell, which would leave the charge processing.
+func TestReloadMidChargeKeepsItsDomains(t *testing.T) {
+	cases := []struct {
+		name  string
+		route Route
+		// authorize is paywell's answer to the charge's first call.
+		authorize payrouter.Result
+	}{
+		{"status look-up after a timeout", Route{Name: "default", Gateways: []string{"paywell", "ding"}}, timedOut},
+		{"capture of a hedged winner", Route{Name: "default", Gateways: []string{"paywell", "ding"},
+			Hedge: &Hedge{After: time.Second, Budget: 1}},
+			payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, tc.route)
+				paywell := f.gw["paywell"]
+				paywell.authorize, paywell.status = tc.authorize, foundIt
+				slow := slowFollowUps{scripted: paywell, delay: 300 * time.Millisecond}
+				adapters := map[string]payrouter.Gateway{"paywell": slow, "ding": f.gw["ding"], "tranglo": f.gw["tranglo"]}
+				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Queue, fallback.Degrade); err != nil {
+					t.Fatal(err)
+				}
+				inCall, reloaded := make(chan struct{}), make(chan struct{})
+				var once sync.Once
+				paywell.onCall = func() { once.Do(func() { close(inCall); <-reloaded }) }
+
+				done := make(chan error)
+				c := newCharge()
+				go func() {
+					_, err := charge(context.Background(), f.router, c)
+					done <- err
+				}()
+				<-inCall // paywell has the charge's first call
+				settings := []resilience.GatewaySettings{}
+				for _, n := range []string{"paywell", "ding", "tranglo"} {
+					timeout := time.Second
+					if n == "paywell" {
+						timeout = 100 * time.Millisecond
+					}
+					settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: timeout, MaxConcurrent: 4,
+						Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}})
+				}
+				if _, err := f.dom.Update(settings); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Queue, fallback.Degrade); err != nil {
+					t.Fatal(err)
+				}
+				close(reloaded)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
+					t.Errorf("charge %s at %q, want succeeded at paywell: its follow-up ran under the reloaded timeout", c.Status, c.Gateway)
+				}
+				stored, err := f.store.Charge(context.Background(), c.ID)
+				if err != nil || stored.Status != payrouter.StatusSucceeded {
+					t.Errorf("stored charge: %v, %v; want succeeded", stored, err)
+				}
+			})
+		})
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/statestore"
 	"github.com/payrouter/payrouter/telemetry"
 )
@@ -180,7 +181,7 @@ type app struct {
 	router  *routing.Router
 	// worker drains the task queue and reconciler resolves processing charges; nil in `probe`.
 	worker     *fallback.Worker
-	reconciler *routing.Reconciler
+	reconciler *settle.Reconciler
 	closers    []func()
 
 	// reloadMu orders reloads. live is the configuration in use; adapters and checks are the
@@ -293,7 +294,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 
 	a.router, err = routing.New(routing.Config{
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
-		Budget: cfg.RequestTimeout, Log: log, LeaveFinalSave: true,
+		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
 	})
@@ -306,10 +307,10 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
 		// is handed to one at a time); one at a time reconciles, by lease.
 		a.worker = &fallback.Worker{
-			Queue: a.store, Consumer: a.origin, Handle: a.router.Work, Log: log, Depth: a.metrics.QueueDepth,
+			Queue: a.store, Consumer: a.origin, Handle: a.router.Settler().Work, Log: log, Depth: a.metrics.QueueDepth,
 			Idle: workerIdle(cfg),
 		}
-		a.reconciler = &routing.Reconciler{Router: a.router, Leases: leases, Holder: a.origin, Log: log}
+		a.reconciler = &settle.Reconciler{Settler: a.router.Settler(), Leases: leases, Holder: a.origin, Log: log}
 	}
 	return a, nil
 }

@@ -1,4 +1,4 @@
-package routing
+package settle
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -43,8 +44,8 @@ func lockCharge(id string) func() {
 
 // bounded is the request's budget, cut loose from the caller: a client that goes away does not cut
 // a gateway call short (it would become an unknown outcome).
-func (r *Router) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), r.budget)
+func (s *Settler) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 }
 
 // storeCtx is the context of a store write made after a gateway answered.
@@ -52,10 +53,10 @@ func storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
-// gatewayOf returns the adapter of the gateway that holds the charge.
-func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
-	gw := r.table().gateways[c.Gateway]
-	if gw == nil || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+// gatewayOf returns the adapter of the gateway that holds the charge, in tab.
+func gatewayOf(tab *table, c *payrouter.Charge) (payrouter.Gateway, error) {
+	gw := tab.gw.Adapters[c.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		return nil, fmt.Errorf("charge %s is held by gateway %q, which is not configured", c.ID, c.Gateway)
 	}
 	return gw, nil
@@ -63,35 +64,26 @@ func (r *Router) gatewayOf(c *payrouter.Charge) (payrouter.Gateway, error) {
 
 // unavailable is the Fail fallback of op on a charge: the one attempt made, and when to come back
 // (the op's breaker at that gateway).
-func (r *Router) unavailable(op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
-	r.obs.FallbackUsed(op, fallback.Fail)
+func (s *Settler) unavailable(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
+	s.obs.FallbackUsed(op, fallback.Fail)
 	reopens := func(gateway string) time.Time {
-		if b := r.domains.Breaker(gateway, op); b != nil {
+		if b := tab.gw.Domains.Breaker(gateway, op); b != nil {
 			return b.OpenUntil()
 		}
 		return time.Time{}
 	}
-	return fallback.NewUnavailable(op, c.ID, []payrouter.Attempt{a}, reopens, r.now())
-}
-
-// attemptOf records one call of an operation; the reference only when the gateway was called.
-func attemptOf(gateway, ref string, res payrouter.Result, d time.Duration) payrouter.Attempt {
-	a := payrouter.Attempt{Gateway: gateway, Outcome: res.Outcome, Duration: d}
-	if res.Outcome != payrouter.OutcomeBreakerOpen && res.Outcome != payrouter.OutcomeBulkheadFull {
-		a.Reference = ref
-	}
-	return a
+	return fallback.NewUnavailable(op, c.ID, []payrouter.Attempt{a}, reopens, s.now())
 }
 
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
-func (r *Router) lookUp(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway) (payrouter.Result, time.Duration) {
+func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) Result {
 	req := payrouter.TxRequest{
-		Reference: c.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
-		Amount: c.Amount, Currency: c.Currency,
+		Reference: payrouter.OperationReference(c.Reference, payrouter.OpStatus), ChargeReference: c.Reference,
+		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	return r.domains.Guard(c.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
+	return tab.gw.Call(c.Gateway, payrouter.OpStatus, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, req)
-	})
+	}).Do(ctx)
 }
 
 // authorizationChange is capture or void: what ends a requires_capture charge.
@@ -128,78 +120,79 @@ var (
 // *fallback.Unavailable when the gateway could not take the capture now (sending it again with
 // the same charge is safe: its reference makes a repeat a no-op); an EGatewayError when the
 // gateway refused it.
-func (r *Router) Capture(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
-	return r.changeAuthorization(ctx, chargeID, captureChange)
+func (s *Settler) Capture(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+	return s.changeAuthorization(ctx, chargeID, captureChange)
 }
 
 // Void cancels an authorized (requires_capture) charge at the gateway that authorized it; the
 // charge becomes voided. Its answers are those of Capture.
-func (r *Router) Void(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
-	return r.changeAuthorization(ctx, chargeID, voidChange)
+func (s *Settler) Void(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+	return s.changeAuthorization(ctx, chargeID, voidChange)
 }
 
-func (r *Router) changeAuthorization(ctx context.Context, chargeID string, ch authorizationChange) (*payrouter.Charge, error) {
-	ctx, cancel := r.bounded(ctx)
+func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch authorizationChange) (*payrouter.Charge, error) {
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	c, err := r.Get(ctx, chargeID)
+	c, err := s.Get(ctx, chargeID)
 	if err != nil {
 		return nil, err
 	}
 	if c.Status != payrouter.StatusRequiresCapture {
 		return nil, payrouter.Errorf(payrouter.EState, "charge %s is %s: only a requires_capture charge can be %s", c.ID, c.Status, pastTense(ch.op))
 	}
-	gw, err := r.gatewayOf(c)
+	tab := s.table()
+	gw, err := gatewayOf(tab, c)
 	if err != nil {
 		return nil, err
 	}
 	req := payrouter.TxRequest{
-		Reference: c.Reference + "-" + string(ch.op), ChargeReference: c.Reference,
+		Reference: payrouter.OperationReference(c.Reference, ch.op), ChargeReference: c.Reference,
 		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, d := r.domains.Guard(c.Gateway, ch.op).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(c.Gateway, ch.op, req.Reference, func(ctx context.Context) payrouter.Result {
 		return ch.send(gw, ctx, req)
-	})
-	a := attemptOf(c.Gateway, req.Reference, res, d)
+	}).Do(ctx)
+	a := res.Attempt()
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		return r.setStatus(ctx, c, ch.status)
+		return s.setStatus(ctx, c, ch.status)
 	case res.Outcome.NotSent():
-		return nil, r.unavailable(ch.op, c, a)
+		return nil, s.unavailable(tab, ch.op, c, a)
 	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
 		// It may have been applied: one look-up tells. When it cannot, the caller sends the same
 		// request again, which the reference makes safe.
-		look, _ := r.lookUp(ctx, c, gw)
+		look := lookUp(ctx, tab, c, gw)
 		if look.Outcome == payrouter.OutcomeSucceeded && ch.reach(look.State) {
-			r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
-			return r.setStatus(ctx, c, ch.status)
+			s.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op, "state", look.State)
+			return s.setStatus(ctx, c, ch.status)
 		}
-		r.log.WarnContext(ctx, "charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+		s.log.WarnContext(ctx, "charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "lookup_outcome", look.Outcome, "state", look.State, "detail", res.Detail)
-		return nil, r.unavailable(ch.op, c, a)
+		return nil, s.unavailable(tab, ch.op, c, a)
 	default: // declined, error: the gateway refused it
-		r.log.WarnContext(ctx, "charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
+		s.log.WarnContext(ctx, "charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "decline_code", res.DeclineCode, "detail", res.Detail)
-		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res))
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused to %s charge %s (%s)", c.Gateway, ch.op, c.ID, whyRefused(res.Result))
 	}
 }
 
 // setStatus stores the status a gateway's answer gave the charge. A failure to store it is an
 // error: the caller sends the same request again, and the gateway, which already did it, answers
 // the same (the operation's reference is the same).
-func (r *Router) setStatus(ctx context.Context, c *payrouter.Charge, status payrouter.ChargeStatus) (*payrouter.Charge, error) {
+func (s *Settler) setStatus(ctx context.Context, c *payrouter.Charge, status payrouter.ChargeStatus) (*payrouter.Charge, error) {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	unlock := lockCharge(c.ID)
 	defer unlock()
-	if stored, err := r.charges.Charge(ctx, c.ID); err == nil {
+	if stored, err := s.charges.Charge(ctx, c.ID); err == nil {
 		c = stored // anything stored since (a voided stray attempt) is kept
 	}
 	c.Status = status
-	c.UpdatedAt = r.now().UTC()
-	if err := r.charges.SaveCharge(ctx, c); err != nil {
+	c.UpdatedAt = s.now().UTC()
+	if err := s.charges.SaveCharge(ctx, c); err != nil {
 		return nil, fmt.Errorf("storing charge %s as %s: %w", c.ID, status, err)
 	}
-	r.log.InfoContext(ctx, "charge."+string(status), "charge_id", c.ID, "gateway", c.Gateway)
+	s.log.InfoContext(ctx, "charge."+string(status), "charge_id", c.ID, "gateway", c.Gateway)
 	return c, nil
 }
 
@@ -237,39 +230,22 @@ func whyRefused(res payrouter.Result) string {
 // mid-request, after the refund was stored) finds that refund and answers it as it stands,
 // instead of refunding a second time; its safety task finishes it if it is still pending. The
 // same id asked for another charge or amount is EMismatch.
-func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
+func (s *Settler) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
 	if amount < 0 {
 		return nil, payrouter.Errorf(payrouter.EInvalid, "a refund's amount must be positive")
 	}
-	if r.refunds == nil {
+	if s.refunds == nil {
 		return nil, errors.New("refunds: no refund store configured")
 	}
-	ctx, cancel := r.bounded(ctx)
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	c, err := r.Get(ctx, chargeID)
+	c, err := s.Get(ctx, chargeID)
 	if err != nil {
 		return nil, err
 	}
 	if id != "" {
-		prev, err := r.refunds.Refund(ctx, id)
-		switch {
-		case err == nil:
-			if prev.ChargeID != c.ID || amount != 0 && amount != prev.Amount {
-				return nil, payrouter.Errorf(payrouter.EMismatch, "refund %s was asked for with another charge or amount", id)
-			}
-			r.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
-				"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
-			if prev.Status == payrouter.RefundPending || prev.Status == payrouter.RefundQueued {
-				// Not settled, and what the stopped instance queued to settle it may be gone with
-				// it (a refund stored before this version queued its task first): a task of its
-				// own, at once. Sent twice, a refund is applied once (its reference).
-				if err := r.enqueueRefund(ctx, prev, time.Time{}); err != nil {
-					return nil, fmt.Errorf("queueing refund %s again: %w", id, err)
-				}
-			}
-			return prev, nil
-		case !errors.Is(err, payrouter.ErrNotFound):
-			return nil, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
+		if prev, found, err := s.refundAskedAgain(ctx, c, amount, id); found || err != nil {
+			return prev, err
 		}
 	} else {
 		id = "re_" + rand.Text()
@@ -285,11 +261,12 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	case amount == 0:
 		amount = left
 	}
-	gw, err := r.gatewayOf(c)
+	tab := s.table()
+	gw, err := gatewayOf(tab, c)
 	if err != nil {
 		return nil, err
 	}
-	now := r.now().UTC()
+	now := s.now().UTC()
 	rf := &payrouter.Refund{
 		ID: id, ChargeID: c.ID, Amount: amount, Currency: c.Currency, Status: payrouter.RefundPending,
 		Gateway: c.Gateway, Owner: c.Owner, Reference: payrouter.RefundReference(id), CreatedAt: now, UpdatedAt: now,
@@ -301,108 +278,140 @@ func (r *Router) Refund(ctx context.Context, chargeID string, amount int64, id s
 	// process die between the two, the task finds no refund, and nothing was sent or promised;
 	// the other order left a pending refund that nothing would ever send (found by the chaos
 	// check: a refund answered 202 pending after its first instance was killed, never applied).
-	if err := r.enqueueRefund(ctx, rf, now.Add(r.budget+r.timeout(c.Gateway, payrouter.OpRefund))); err != nil {
+	if err := s.enqueueRefund(ctx, rf, now.Add(s.budget+tab.gw.Timeout(c.Gateway, payrouter.OpRefund))); err != nil {
 		return nil, fmt.Errorf("queueing the task that finishes refund %s of charge %s, before sending it: %w", rf.ID, c.ID, err)
 	}
-	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
+	if err := s.refunds.SaveRefund(ctx, rf); err != nil {
 		return nil, fmt.Errorf("storing refund of charge %s before sending it: %w", c.ID, err)
 	}
-	res, d := r.sendRefund(ctx, gw, c, rf)
+	return s.refundAnswered(ctx, tab, c, rf, sendRefund(ctx, s.log, tab, gw, c, rf))
+}
+
+// refundAskedAgain looks for the refund id names, asked for before: found, it is answered as it
+// stands (and queued again when it is not settled); the same id asked for another charge or
+// amount is EMismatch.
+func (s *Settler) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amount int64, id string) (prev *payrouter.Refund, found bool, err error) {
+	prev, err = s.refunds.Refund(ctx, id)
+	switch {
+	case errors.Is(err, payrouter.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("looking for an earlier refund %s: %w", id, err)
+	case prev.ChargeID != c.ID || amount != 0 && amount != prev.Amount:
+		return nil, true, payrouter.Errorf(payrouter.EMismatch, "refund %s was asked for with another charge or amount", id)
+	}
+	s.log.WarnContext(ctx, "refund.asked_again", "refund_id", id, "charge_id", c.ID, "status", prev.Status,
+		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+	if prev.Status == payrouter.RefundPending || prev.Status == payrouter.RefundQueued {
+		// Not settled, and what the stopped instance queued to settle it may be gone with it (a
+		// refund stored before this version queued its task first): a task of its own, at once.
+		// Sent twice, a refund is applied once (its reference).
+		if err := s.enqueueRefund(ctx, prev, time.Time{}); err != nil {
+			return nil, true, fmt.Errorf("queueing refund %s again: %w", id, err)
+		}
+	}
+	return prev, true, nil
+}
+
+// refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded,
+// queued under the refund fallback (or failed when it fails), queued when the gateway may have
+// applied it, failed when the gateway refused it.
+func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := r.completeRefund(ctx, rf, res); err != nil {
+		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
 			// The gateway applied it: the answer says so, and a retry of the request must not
 			// become a second refund, so this is no error for the caller.
-			r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
+			s.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
 		}
 		return rf, nil
 	case res.Outcome.NotSent():
-		if r.table().refundFallback != fallback.Queue {
-			r.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
-			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+		if tab.refundFallback != fallback.Queue {
+			s.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
+			return nil, s.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
 		}
-		if err := r.queueRefund(ctx, rf, false); err != nil {
+		if err := s.queueRefund(ctx, rf, false); err != nil {
 			// Nothing moved, so failing it is honest, and the caller may ask again.
-			r.failRefund(ctx, rf, "not sent, and could not be queued")
-			return nil, r.unavailable(payrouter.OpRefund, c, attemptOf(c.Gateway, rf.Reference, res, d))
+			s.failRefund(ctx, rf, "not sent, and could not be queued")
+			return nil, s.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
 		}
-		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
+		s.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
 		return rf, nil
 	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
 		// The gateway may have applied it, whatever the fallback says: failing it would tell the
 		// caller the money did not move when it may have, and a new refund could then give it back
 		// twice. So it is queued: sent again with the same reference (applied once), it finds out.
-		if err := r.queueRefund(ctx, rf, true); err != nil {
+		if err := s.queueRefund(ctx, rf, true); err != nil {
 			return nil, fmt.Errorf("refund %s of charge %s: %s at the gateway, and not queued: %w", rf.ID, c.ID, res.Outcome, err)
 		}
-		r.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
+		s.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
 		return rf, nil
 	default: // declined, error
-		r.failRefund(ctx, rf, whyRefused(res))
-		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res))
+		s.failRefund(ctx, rf, whyRefused(res.Result))
+		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res.Result))
 	}
 }
 
-// sendRefund sends a refund through its gateway's refund guard, with its own reference.
-func (r *Router) sendRefund(ctx context.Context, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) (payrouter.Result, time.Duration) {
+// sendRefund sends a refund through its gateway's refund guard in tab, with its own reference.
+func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) Result {
 	req := payrouter.TxRequest{
 		Reference: rf.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
 		Amount: rf.Amount, Currency: rf.Currency,
 	}
-	res, d := r.domains.Guard(rf.Gateway, payrouter.OpRefund).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(rf.Gateway, payrouter.OpRefund, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Refund(ctx, req)
-	})
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
-			"outcome", res.Outcome, "duration_ms", d.Milliseconds(), "detail", res.Detail)
+		log.InfoContext(ctx, "refund.attempt", "refund_id", rf.ID, "charge_id", c.ID, "gateway", rf.Gateway,
+			"outcome", res.Outcome, "duration_ms", res.Duration.Milliseconds(), "detail", res.Detail)
 	}
-	return res, d
+	return res
 }
 
 // queueRefund marks the refund queued, then queues its task, in that order: the worker never
 // finds a task whose refund is about to be overwritten. When the task cannot be queued, the
 // refund goes back to what it was (pending: it may have been sent) and the error is returned: a
 // refund that is not queued is never answered as queued.
-func (r *Router) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSent bool) error {
+func (s *Settler) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSent bool) error {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	was := *rf
-	rf.Status, rf.UpdatedAt = payrouter.RefundQueued, r.now().UTC()
-	err := r.refunds.SaveRefund(ctx, rf)
+	rf.Status, rf.UpdatedAt = payrouter.RefundQueued, s.now().UTC()
+	err := s.refunds.SaveRefund(ctx, rf)
 	if err == nil {
-		err = r.enqueueRefund(ctx, rf, time.Time{})
+		err = s.enqueueRefund(ctx, rf, time.Time{})
 		if err != nil {
 			*rf = was
-			if serr := r.refunds.SaveRefund(ctx, rf); serr != nil {
-				r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", serr)
+			if serr := s.refunds.SaveRefund(ctx, rf); serr != nil {
+				s.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", serr)
 			}
 		}
 	} else {
 		*rf = was
 	}
 	if err != nil {
-		level := r.log.Warn
+		level := s.log.Warn
 		if maybeSent {
-			level = r.log.Error // the money may have moved and nothing will find out: ops must look
+			level = s.log.Error // the money may have moved and nothing will find out: ops must look
 		}
 		level("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent, "err", err)
 		return err
 	}
-	r.log.InfoContext(ctx, "refund.queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent)
+	s.log.InfoContext(ctx, "refund.queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent)
 	return nil
 }
 
 // enqueueRefund queues the task that sends rf, not before notBefore.
-func (r *Router) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBefore time.Time) error {
-	if r.queue == nil {
+func (s *Settler) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBefore time.Time) error {
+	if s.queue == nil {
 		return errors.New("no queue configured")
 	}
-	_, err := r.queue.Enqueue(ctx, payrouter.Task{
+	_, err := s.queue.Enqueue(ctx, payrouter.Task{
 		Kind: payrouter.TaskRefund, Gateway: rf.Gateway, ChargeID: rf.ChargeID, RefundID: rf.ID,
-		Amount: rf.Amount, Currency: rf.Currency, NotBefore: notBefore, CreatedAt: r.now().UTC(),
+		Amount: rf.Amount, Currency: rf.Currency, NotBefore: notBefore, CreatedAt: s.now().UTC(),
 	})
 	if err != nil {
-		r.log.WarnContext(ctx, "refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+		s.log.WarnContext(ctx, "refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
 	}
 	return err
 }
@@ -415,25 +424,25 @@ func refundable(s payrouter.ChargeStatus) bool {
 // completeRefund records a refund the gateway applied, and adds it to its charge's refunded
 // amount, once: a refund found succeeded already (sent twice, by a worker and a request, or by
 // two workers) is not counted again.
-func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
+func (s *Settler) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	unlock := lockCharge(rf.ChargeID)
 	defer unlock()
-	if stored, err := r.refunds.Refund(ctx, rf.ID); err == nil && stored.Status == payrouter.RefundSucceeded {
+	if stored, err := s.refunds.Refund(ctx, rf.ID); err == nil && stored.Status == payrouter.RefundSucceeded {
 		*rf = *stored
 		return nil
 	}
-	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundSucceeded, "", r.now().UTC()
+	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundSucceeded, "", s.now().UTC()
 	rf.GatewayReference = cmp.Or(res.GatewayReference, rf.GatewayReference)
 	// The refund first: should the charge not be stored, its refunded amount is short, which the
 	// gateway makes safe (it refuses to refund more than was captured); the other order could count
 	// one refund twice.
-	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
+	if err := s.refunds.SaveRefund(ctx, rf); err != nil {
 		return fmt.Errorf("storing refund %s as succeeded: %w", rf.ID, err)
 	}
-	r.log.InfoContext(ctx, "refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
-	c, err := r.charges.Charge(ctx, rf.ChargeID)
+	s.log.InfoContext(ctx, "refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
+	c, err := s.charges.Charge(ctx, rf.ChargeID)
 	if err != nil {
 		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
 	}
@@ -443,20 +452,20 @@ func (r *Router) completeRefund(ctx context.Context, rf *payrouter.Refund, res p
 		c.Status = payrouter.StatusRefunded
 	}
 	c.UpdatedAt = rf.UpdatedAt
-	if err := r.charges.SaveCharge(ctx, c); err != nil {
+	if err := s.charges.SaveCharge(ctx, c); err != nil {
 		return fmt.Errorf("adding refund %s to charge %s: %w", rf.ID, rf.ChargeID, err)
 	}
 	return nil
 }
 
 // failRefund records a refund that will not be sent again, and why.
-func (r *Router) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
+func (s *Settler) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
-	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundFailed, detail, r.now().UTC()
-	r.log.WarnContext(ctx, "refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
-	if err := r.refunds.SaveRefund(ctx, rf); err != nil {
-		r.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
+	rf.Status, rf.Detail, rf.UpdatedAt = payrouter.RefundFailed, detail, s.now().UTC()
+	s.log.WarnContext(ctx, "refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
+	if err := s.refunds.SaveRefund(ctx, rf); err != nil {
+		s.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
 	}
 }
 
@@ -464,15 +473,15 @@ func (r *Router) failRefund(ctx context.Context, rf *payrouter.Refund, detail st
 // so that the gateway applies it once however often it is sent. nil when it is done: applied,
 // refused, or nothing left to do; fallback.ErrLater while the gateway cannot answer; another
 // error when the store failed (the task is handed out again).
-func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
-	if r.refunds == nil {
+func (s *Settler) workRefund(ctx context.Context, t payrouter.Task) error {
+	if s.refunds == nil {
 		return fmt.Errorf("%w: no refund store configured", fallback.ErrLater)
 	}
-	rf, err := r.refunds.Refund(ctx, t.RefundID)
+	rf, err := s.refunds.Refund(ctx, t.RefundID)
 	if errors.Is(err, payrouter.ErrNotFound) {
 		// Its request queued this task and then stopped before storing the refund (Refund):
 		// nothing was sent, and the caller was promised nothing.
-		r.log.WarnContext(ctx, "task.refund_never_stored", "refund_id", t.RefundID, "charge_id", t.ChargeID,
+		s.log.WarnContext(ctx, "task.refund_never_stored", "refund_id", t.RefundID, "charge_id", t.ChargeID,
 			"then", "nothing to send: its request stopped before the refund was stored")
 		return nil
 	}
@@ -482,25 +491,26 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 	if rf.Status == payrouter.RefundSucceeded || rf.Status == payrouter.RefundFailed {
 		return nil
 	}
-	c, err := r.charges.Charge(ctx, rf.ChargeID)
+	c, err := s.charges.Charge(ctx, rf.ChargeID)
 	if err != nil {
 		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
 	}
-	gw := r.table().gateways[rf.Gateway]
-	if gw == nil {
+	tab := s.table()
+	gw := tab.gw.Adapters[rf.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(rf.Gateway, payrouter.OpRefund) == nil {
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
 	}
-	res, _ := r.sendRefund(ctx, gw, c, rf)
+	res := sendRefund(ctx, s.log, tab, gw, c, rf)
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := r.completeRefund(ctx, rf, res); err != nil {
+		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
 			return err // sent again later: the gateway answers the same, and it is stored then
 		}
 		return nil
 	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
 		return fmt.Errorf("%w: refund %s: %s", fallback.ErrLater, rf.ID, res.Outcome)
 	default: // declined, error: sending it again would be refused again
-		r.failRefund(ctx, rf, whyRefused(res))
+		s.failRefund(ctx, rf, whyRefused(res.Result))
 		return nil
 	}
 }
@@ -509,11 +519,11 @@ func (r *Router) workRefund(ctx context.Context, t payrouter.Task) error {
 func ErrNoRefund(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no refund %q", id) }
 
 // GetRefund returns a stored refund, ENotFound when there is none with that id.
-func (r *Router) GetRefund(ctx context.Context, id string) (*payrouter.Refund, error) {
-	if r.refunds == nil {
+func (s *Settler) GetRefund(ctx context.Context, id string) (*payrouter.Refund, error) {
+	if s.refunds == nil {
 		return nil, ErrNoRefund(id)
 	}
-	rf, err := r.refunds.Refund(ctx, id)
+	rf, err := s.refunds.Refund(ctx, id)
 	if errors.Is(err, payrouter.ErrNotFound) {
 		return nil, ErrNoRefund(id)
 	}
@@ -524,55 +534,56 @@ func (r *Router) GetRefund(ctx context.Context, id string) (*payrouter.Refund, e
 // processing what its gateway says of it now. When the gateway cannot be asked, the status
 // fallback answers: Degrade returns the stored charge with stale true, Fail a
 // *fallback.Unavailable.
-func (r *Router) Refresh(ctx context.Context, id string) (c *payrouter.Charge, stale bool, err error) {
-	ctx, cancel := r.bounded(ctx)
+func (s *Settler) Refresh(ctx context.Context, id string) (c *payrouter.Charge, stale bool, err error) {
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	c, err = r.Get(ctx, id)
+	c, err = s.Get(ctx, id)
 	if err != nil || c.Status != payrouter.StatusProcessing {
 		return c, false, err
 	}
-	answered, look, err := r.lookUpProcessing(ctx, c)
+	answered, look, err := s.lookUpProcessing(ctx, c)
 	if err != nil {
 		// What the gateway said is still the truth to answer; the reconciler stores it later.
-		r.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
+		s.log.ErrorContext(ctx, "charge.store_failed", "charge_id", c.ID, "status", c.Status, "err", err)
 	}
 	if answered {
 		return c, false, nil
 	}
-	if r.table().statusFallback == fallback.Fail {
-		return nil, false, r.unavailable(payrouter.OpStatus, c, look)
+	if tab := s.table(); tab.statusFallback == fallback.Fail {
+		return nil, false, s.unavailable(tab, payrouter.OpStatus, c, look)
 	}
-	r.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
+	s.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
 	return c, true, nil
 }
 
-// resolveProcessing looks a processing charge up at its gateway and moves it on by what the
+// ResolveProcessing looks a processing charge up at its gateway and moves it on by what the
 // gateway says: captured is succeeded; authorized is requires_capture, or is captured now when the
 // charge asked for a capture (it stays processing when that fails); declined and failed are
 // final; not_found is failed once no attempt can still be on its way, and a late approval is
 // then voided by a queued recheck; pending stays. answered is false when the gateway could not
 // be asked. The charge is stored when it changed; err is a failure to store it.
-func (r *Router) resolveProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, err error) {
-	answered, _, err = r.lookUpProcessing(ctx, c)
+func (s *Settler) ResolveProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, err error) {
+	answered, _, err = s.lookUpProcessing(ctx, c)
 	return answered, err
 }
 
-// lookUpProcessing is resolveProcessing, also returning the look-up's attempt (for the answer of
+// lookUpProcessing is ResolveProcessing, also returning the look-up's attempt (for the answer of
 // a status fallback that fails).
-func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, look payrouter.Attempt, err error) {
+func (s *Settler) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, look payrouter.Attempt, err error) {
 	if c.Status != payrouter.StatusProcessing {
 		return true, payrouter.Attempt{}, nil
 	}
-	gw := r.table().gateways[c.Gateway]
-	if gw == nil || c.Reference == "" || r.domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
+	tab := s.table()
+	gw := tab.gw.Adapters[c.Gateway]
+	if gw == nil || c.Reference == "" || tab.gw.Domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		// Stored before its first call and never settled (the process stopped mid-call), or held
 		// by a gateway no longer configured: there is nothing this look-up can ask.
 		return false, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown}, nil
 	}
-	res, d := r.lookUp(ctx, c, gw)
-	look = attemptOf(c.Gateway, c.Reference, res, d)
+	found := lookUp(ctx, tab, c, gw)
+	look, res := found.Attempt(), found.Result
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
+		s.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", c.Gateway, "lookup_outcome", res.Outcome, "detail", res.Detail)
 		return false, look, nil
 	}
 
@@ -592,24 +603,35 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 		c.Attempts[n-1].Resolved = res.State
 	}
 	res.GatewayReference = cmp.Or(res.GatewayReference, c.GatewayReference)
+	s.moveOn(ctx, tab, c, gw, res)
+	s.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
 
+	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
+		return true, look, nil
+	}
+	return true, look, s.storeResolved(ctx, c)
+}
+
+// moveOn sets a processing charge's status by what its gateway's look-up found (res), capturing
+// an authorization the charge asked to capture (lookUpProcessing).
+func (s *Settler) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, res payrouter.Result) {
 	switch res.State {
 	case payrouter.TxNotFound:
 		// An attempt can still be on its way to the gateway until the budget of its request and
 		// the gateway's own timeout have passed: only then is "not found" an answer.
-		if r.now().Sub(c.CreatedAt) > r.budget+r.timeout(c.Gateway, payrouter.OpCharge) {
+		if s.now().Sub(c.CreatedAt) > s.budget+tab.gw.Timeout(c.Gateway, payrouter.OpCharge) {
 			c.Status = payrouter.StatusFailed
-			r.releaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, "", 0)
+			s.ReleaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, "", 0)
 		}
 	case payrouter.TxAuthorized:
 		if !c.Capture {
-			r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+			Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
 			break
 		}
 		// The charge asked for a capture, and only the authorization is known to have happened.
-		captured, ok := r.captureProcessing(ctx, c, gw, res)
+		captured, ok := s.captureProcessing(ctx, tab, c, gw, res)
 		if ok {
-			r.settle(c, c.Gateway, c.Reference, captured)
+			Apply(c, c.Gateway, c.Reference, captured)
 		}
 	case payrouter.TxVoided:
 		c.Status = payrouter.StatusVoided
@@ -617,45 +639,45 @@ func (r *Router) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (ans
 	case payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
 		// Captured, then refunded at the gateway without payrouter: shown as the gateway has
 		// it, never as plainly succeeded.
-		r.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
-		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+		s.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
+		Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
-		r.settle(c, c.Gateway, c.Reference, outcomeOfState(res))
+		Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
 	}
-	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State, "status", c.Status)
+}
 
-	if (shown{c.Status, c.GatewayReference, c.DeclineCode, last()}) == before {
-		return true, look, nil
-	}
-	c.UpdatedAt = r.now().UTC()
+// storeResolved stores a charge a look-up moved on, unless it was resolved meanwhile (the
+// reconciler, another GET): that one stands, and c becomes it.
+func (s *Settler) storeResolved(ctx context.Context, c *payrouter.Charge) error {
+	c.UpdatedAt = s.now().UTC()
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
 	unlock := lockCharge(c.ID)
 	defer unlock()
-	if stored, err := r.charges.Charge(sctx, c.ID); err == nil && stored.Status != payrouter.StatusProcessing {
-		*c = *stored // resolved meanwhile (the reconciler, another GET): that one stands
-		return true, look, nil
+	if stored, err := s.charges.Charge(sctx, c.ID); err == nil && stored.Status != payrouter.StatusProcessing {
+		*c = *stored
+		return nil
 	}
-	if err := r.charges.SaveCharge(sctx, c); err != nil {
-		return true, look, fmt.Errorf("storing resolved charge %s as %s: %w", c.ID, c.Status, err)
+	if err := s.charges.SaveCharge(sctx, c); err != nil {
+		return fmt.Errorf("storing resolved charge %s as %s: %w", c.ID, c.Status, err)
 	}
-	return true, look, nil
+	return nil
 }
 
 // captureProcessing captures a processing charge found authorized, with the reference Capture
 // uses. ok is false when the capture did not happen (the charge stays processing, and the next
 // look-up tries again).
-func (r *Router) captureProcessing(ctx context.Context, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
+func (s *Settler) captureProcessing(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
 	req := payrouter.TxRequest{
-		Reference: c.Reference + "-" + string(payrouter.OpCapture), ChargeReference: c.Reference,
+		Reference: payrouter.OperationReference(c.Reference, payrouter.OpCapture), ChargeReference: c.Reference,
 		GatewayReference: found.GatewayReference, Amount: c.Amount, Currency: c.Currency,
 	}
-	res, _ := r.domains.Guard(c.Gateway, payrouter.OpCapture).Do(ctx, func(ctx context.Context) payrouter.Result {
+	res := tab.gw.Call(c.Gateway, payrouter.OpCapture, req.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Capture(ctx, req)
-	})
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
-		r.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
-		return res, false
+		s.log.WarnContext(ctx, "charge.capture_failed", "charge_id", c.ID, "gateway", c.Gateway, "outcome", res.Outcome, "detail", res.Detail)
+		return res.Result, false
 	}
 	return payrouter.Result{
 		Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured,

@@ -1,4 +1,4 @@
-package routing
+package settle
 
 import (
 	"context"
@@ -26,29 +26,24 @@ func (o *reconciledLog) ChargeReconciled(s payrouter.ChargeStatus, took time.Dur
 	o.got = append(o.got, string(s)+" after "+took.String())
 }
 
-// reconcileFixture is a router whose clock the test moves, with one processing charge at paywell
-// created a minute ago.
-func reconcileFixture(t *testing.T) (*fixture, *reconciledLog, *time.Time) {
-	f := newFixture(t)
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	f.router.now = func() time.Time { return now }
+// reconcileFixture is a Settler whose clock the test moves, with one processing charge at
+// paywell created a minute ago, its first attempt timed out.
+func reconcileFixture(t *testing.T) (*opsFixture, *reconciledLog, *time.Time) {
+	f := newOpsFixture(t)
 	obs := &reconciledLog{}
-	f.router.obs = obs
-	c := newCharge()
-	c.Status, c.Gateway, c.Reference = payrouter.StatusProcessing, "paywell", payrouter.AttemptReference(c.ID, 1)
-	c.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeTimeout, Reference: c.Reference}}
-	c.CreatedAt = now.Add(-time.Minute)
-	if err := f.store.SaveCharge(t.Context(), c); err != nil {
-		t.Fatal(err)
-	}
-	return f, obs, &now
+	f.settler.obs = obs
+	f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) {
+		c.GatewayReference = ""
+		c.Attempts[0].Outcome = payrouter.OutcomeTimeout
+		c.CreatedAt = f.now.Add(-time.Minute)
+	})
+	return f, obs, &f.now
 }
 
-func statusCalls(g *scripted) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// statusCalls counts the status look-ups g was asked.
+func statusCalls(g *opGateway) int {
 	n := 0
-	for _, c := range g.calls {
+	for _, c := range g.Calls() {
 		if strings.HasPrefix(c, "status:") {
 			n++
 		}
@@ -56,10 +51,15 @@ func statusCalls(g *scripted) int {
 	return n
 }
 
+var (
+	foundIt     = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_late"}
+	unavailable = payrouter.Result{Outcome: payrouter.OutcomeUnavailable}
+)
+
 func TestReconcilerResolvesAProcessingCharge(t *testing.T) {
 	f, obs, _ := reconcileFixture(t)
-	f.gw["paywell"].status = foundIt
-	rc := &Reconciler{Router: f.router}
+	f.gw.set(payrouter.OpStatus, foundIt)
+	rc := &Reconciler{Settler: f.settler}
 	rc.Round(t.Context())
 
 	c, err := f.store.Charge(t.Context(), "ch_test")
@@ -79,18 +79,18 @@ func TestReconcilerResolvesAProcessingCharge(t *testing.T) {
 
 func TestReconcilerLeavesAChargeWhoseRequestMayStillRun(t *testing.T) {
 	f, _, now := reconcileFixture(t)
-	f.gw["paywell"].status = foundIt
-	*now = now.Add(-time.Minute + f.router.budget) // the charge is exactly as old as the budget
-	(&Reconciler{Router: f.router}).Round(t.Context())
-	if n := statusCalls(f.gw["paywell"]); n != 0 {
+	f.gw.set(payrouter.OpStatus, foundIt)
+	*now = now.Add(-time.Minute + f.settler.budget) // the charge is exactly as old as the budget
+	(&Reconciler{Settler: f.settler}).Round(t.Context())
+	if n := statusCalls(f.gw); n != 0 {
 		t.Errorf("%d look-ups of a charge whose request may still be running; want none", n)
 	}
 }
 
 func TestReconcilerBacksOffAGatewayThatDoesNotAnswer(t *testing.T) {
 	f, obs, now := reconcileFixture(t)
-	f.gw["paywell"].status = unavailable
-	rc := &Reconciler{Router: f.router, MaxBackoff: 4 * time.Second}
+	f.gw.set(payrouter.OpStatus, unavailable)
+	rc := &Reconciler{Settler: f.settler, MaxBackoff: 4 * time.Second}
 	// Look-ups at 0s, then 1s, 3s, 7s, 11s later: the wait doubles up to MaxBackoff.
 	want := map[time.Duration]int{0: 1, 500 * time.Millisecond: 1, time.Second: 2, 2 * time.Second: 2,
 		3 * time.Second: 3, 6 * time.Second: 3, 7 * time.Second: 4, 10 * time.Second: 4, 11 * time.Second: 5}
@@ -99,7 +99,7 @@ func TestReconcilerBacksOffAGatewayThatDoesNotAnswer(t *testing.T) {
 		6 * time.Second, 7 * time.Second, 10 * time.Second, 11 * time.Second} {
 		*now = start.Add(at)
 		rc.Round(t.Context())
-		if n := statusCalls(f.gw["paywell"]); n != want[at] {
+		if n := statusCalls(f.gw); n != want[at] {
 			t.Fatalf("at +%s: %d look-ups; want %d", at, n, want[at])
 		}
 	}
@@ -107,7 +107,7 @@ func TestReconcilerBacksOffAGatewayThatDoesNotAnswer(t *testing.T) {
 		t.Errorf("reported %v for a charge still processing", obs.got)
 	}
 	// The gateway answers: the next due look-up settles it.
-	f.gw["paywell"].status = foundIt
+	f.gw.set(payrouter.OpStatus, foundIt)
 	*now = start.Add(15 * time.Second)
 	rc.Round(t.Context())
 	if c, _ := f.store.Charge(t.Context(), "ch_test"); c.Status != payrouter.StatusSucceeded {

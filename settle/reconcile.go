@@ -1,4 +1,4 @@
-package routing
+package settle
 
 import (
 	"cmp"
@@ -32,11 +32,11 @@ const (
 // Reconciler resolves every processing charge in the background: a charge whose gateway timed
 // out, answered ambiguously or said pending, and one left behind by an instance that crashed
 // mid-call. It looks each up at the gateway that may have it, with backoff (1s, 2s, 4s, ... up to
-// MaxBackoff), until the charge is final (Router.resolveProcessing says what final means). In a
+// MaxBackoff), until the charge is final (Settler.ResolveProcessing says what final means). In a
 // fleet one instance reconciles at a time, the holder of a lease; an instance that cannot reach
 // the shared store reconciles what it sees.
 type Reconciler struct {
-	Router *Router
+	Settler *Settler
 	// Leases elects the reconciling instance; nil: this instance always reconciles.
 	Leases payrouter.Leases
 	// Holder names this instance for the lease.
@@ -89,29 +89,29 @@ func (rc *Reconciler) leads(ctx context.Context, ttl time.Duration) bool {
 
 // Round looks up each processing charge that is due, once.
 func (rc *Reconciler) Round(ctx context.Context) {
-	r := rc.Router
+	s := rc.Settler
 	log := rc.Log
 	if log == nil {
-		log = r.log
+		log = s.log
 	}
 	if rc.backoff == nil {
 		rc.backoff = map[string]*retry{}
 	}
-	charges, err := r.charges.ChargesByStatus(ctx, payrouter.StatusProcessing, reconcileBatch)
+	charges, err := s.charges.ChargesByStatus(ctx, payrouter.StatusProcessing, reconcileBatch)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			log.WarnContext(ctx, "reconcile.list_failed", "err", err)
 		}
 		return
 	}
-	now := r.now()
+	now := s.now()
 	seen := make(map[string]bool, len(charges))
 	var due []*payrouter.Charge
 	for _, c := range charges {
 		seen[c.ID] = true
 		// A charge younger than the budget may still have its request running, which stores
 		// its own answer.
-		if now.Sub(c.CreatedAt) < r.budget+time.Second {
+		if now.Sub(c.CreatedAt) < s.budget+time.Second {
 			continue
 		}
 		b := rc.backoff[c.ID]
@@ -152,7 +152,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 			}
 			b := rc.backoff[c.ID]
 			b.wait = min(max(2*b.wait, time.Second), cmp.Or(rc.MaxBackoff, DefaultMaxBackoff))
-			b.next = r.now().Add(b.wait)
+			b.next = s.now().Add(b.wait)
 		})
 	}
 	wg.Wait()
@@ -160,10 +160,10 @@ func (rc *Reconciler) Round(ctx context.Context) {
 
 // reconcile looks one charge up; it reports whether the charge is final now.
 func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrouter.Charge) bool {
-	r := rc.Router
-	ctx, cancel := context.WithTimeout(ctx, r.budget)
+	s := rc.Settler
+	ctx, cancel := context.WithTimeout(ctx, s.budget)
 	defer cancel()
-	answered, err := r.resolveProcessing(ctx, c)
+	answered, err := s.ResolveProcessing(ctx, c)
 	if err != nil {
 		log.WarnContext(ctx, "reconcile.failed", "charge_id", c.ID, "gateway", c.Gateway, "err", err)
 		return false
@@ -171,8 +171,8 @@ func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrou
 	if !answered || !c.Status.Final() {
 		return false
 	}
-	took := r.now().Sub(c.CreatedAt)
-	r.obs.ChargeReconciled(c.Status, took)
+	took := s.now().Sub(c.CreatedAt)
+	s.obs.ChargeReconciled(c.Status, took)
 	log.InfoContext(ctx, "charge.reconciled", "charge_id", c.ID, "gateway", c.Gateway, "status", c.Status, "took_ms", took.Milliseconds())
 	return true
 }

@@ -1,8 +1,9 @@
-package routing
+package settle
 
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,7 @@ func (g *opGateway) Status(_ context.Context, req payrouter.TxRequest) payrouter
 }
 func (g *opGateway) Health(context.Context) error { return nil }
 
-// fallbackLog records what the Router told its Observer.
+// fallbackLog records what the Settler told its Observer.
 type fallbackLog struct {
 	mu   sync.Mutex
 	used []string // "<op>/<policy>"
@@ -115,12 +116,12 @@ func (o *fallbackLog) Used() []string {
 }
 
 type opsFixture struct {
-	router *Router
-	store  *memstore.Store
-	gw     *opGateway
-	dom    *resilience.Domains
-	obs    *fallbackLog
-	now    time.Time
+	settler *Settler
+	store   *memstore.Store
+	gw      *opGateway
+	dom     *resilience.Domains
+	obs     *fallbackLog
+	now     time.Time
 }
 
 type opsOption func(*Config, *resilience.GatewaySettings)
@@ -148,22 +149,15 @@ func newOpsFixture(t *testing.T, opts ...opsOption) *opsFixture {
 	f.store = memstore.New(memstore.WithClock(func() time.Time { return f.now }))
 	settings := resilience.GatewaySettings{Name: "paywell", Timeout: opsTimeout, MaxConcurrent: 4,
 		Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}}
-	cfg := Config{
-		Routes:   []Route{{Name: "default", Gateways: []string{"paywell"}}},
-		Gateways: map[string]payrouter.Gateway{"paywell": f.gw},
-		Charges:  f.store, Refunds: f.store, Queue: f.store, Budget: opsBudget, Observer: f.obs,
-	}
+	cfg := Config{Charges: f.store, Refunds: f.store, Queue: f.store, Budget: opsBudget, Observer: f.obs}
 	for _, o := range opts {
 		o(&cfg, &settings)
 	}
 	f.dom = resilience.NewDomains([]resilience.GatewaySettings{settings}, nil)
 	t.Cleanup(f.dom.Close)
-	cfg.Domains = f.dom
-	var err error
-	if f.router, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	f.router.now = func() time.Time { return f.now }
+	cfg.Gateways = &Gateways{Adapters: map[string]payrouter.Gateway{"paywell": f.gw}, Domains: f.dom.Current()}
+	f.settler = New(cfg)
+	f.settler.now = func() time.Time { return f.now }
 	return f
 }
 
@@ -275,9 +269,9 @@ func TestCaptureAndVoid(t *testing.T) {
 			f.charge(t, tc.start)
 			f.gw.set(tc.op, tc.answer)
 			f.gw.set(payrouter.OpStatus, tc.lookup)
-			run := f.router.Capture
+			run := f.settler.Capture
 			if tc.op == payrouter.OpVoid {
-				run = f.router.Void
+				run = f.settler.Void
 			}
 			c, err := run(t.Context(), "ch_test")
 			if got := errKind(err); got != tc.wantErr {
@@ -289,7 +283,7 @@ func TestCaptureAndVoid(t *testing.T) {
 			if got := f.stored(t).Status; got != tc.wantStatus {
 				t.Errorf("stored status %s, want %s", got, tc.wantStatus)
 			}
-			if got := f.gw.Calls(); !equal(got, tc.wantCalls) {
+			if got := f.gw.Calls(); !slices.Equal(got, tc.wantCalls) {
 				t.Errorf("gateway calls %v, want %v", got, tc.wantCalls)
 			}
 			var u *fallback.Unavailable
@@ -297,7 +291,7 @@ func TestCaptureAndVoid(t *testing.T) {
 				if len(u.Attempts) != 1 || u.Attempts[0].Gateway != "paywell" || u.Attempts[0].Outcome != tc.answer.Outcome || u.ChargeID != "ch_test" {
 					t.Errorf("503 attempts %+v charge %q; want the one %s attempt", u.Attempts, u.ChargeID, tc.answer.Outcome)
 				}
-				if used := f.obs.Used(); !equal(used, []string{string(tc.op) + "/fail"}) {
+				if used := f.obs.Used(); !slices.Equal(used, []string{string(tc.op) + "/fail"}) {
 					t.Errorf("fallbackLog reported %v", used)
 				}
 			}
@@ -307,15 +301,15 @@ func TestCaptureAndVoid(t *testing.T) {
 
 func TestCaptureUnknownCharge(t *testing.T) {
 	f := newOpsFixture(t)
-	for name, run := range map[string]func(context.Context, string) (*payrouter.Charge, error){"capture": f.router.Capture, "void": f.router.Void} {
+	for name, run := range map[string]func(context.Context, string) (*payrouter.Charge, error){"capture": f.settler.Capture, "void": f.settler.Void} {
 		if _, err := run(t.Context(), "ch_nope"); payrouter.Code(err) != payrouter.ENotFound {
 			t.Errorf("%s of an unknown charge: %v, want not-found", name, err)
 		}
 	}
-	if _, err := f.router.Refund(t.Context(), "ch_nope", 0, ""); payrouter.Code(err) != payrouter.ENotFound {
+	if _, err := f.settler.Refund(t.Context(), "ch_nope", 0, ""); payrouter.Code(err) != payrouter.ENotFound {
 		t.Errorf("refund of an unknown charge: %v, want not-found", err)
 	}
-	if _, err := f.router.GetRefund(t.Context(), "re_nope"); payrouter.Code(err) != payrouter.ENotFound {
+	if _, err := f.settler.GetRefund(t.Context(), "re_nope"); payrouter.Code(err) != payrouter.ENotFound {
 		t.Errorf("unknown refund: %v, want not-found", err)
 	}
 }
@@ -326,10 +320,10 @@ func TestCaptureBreakerOpenRetryAfter(t *testing.T) {
 	f := newOpsFixture(t, tripAfter(1))
 	f.charge(t, payrouter.StatusRequiresCapture)
 	f.gw.set(payrouter.OpCapture, opUnavailable)
-	if _, err := f.router.Capture(t.Context(), "ch_test"); errKind(err) != "unavailable:capture" {
+	if _, err := f.settler.Capture(t.Context(), "ch_test"); errKind(err) != "unavailable:capture" {
 		t.Fatalf("first capture: %v", err)
 	}
-	_, err := f.router.Capture(t.Context(), "ch_test")
+	_, err := f.settler.Capture(t.Context(), "ch_test")
 	var u *fallback.Unavailable
 	if !errors.As(err, &u) || u.Attempts[0].Outcome != payrouter.OutcomeBreakerOpen {
 		t.Fatalf("second capture: %v; want a 503 passed by the open breaker", err)
@@ -404,7 +398,7 @@ func TestRefund(t *testing.T) {
 					atCall, _ = f.store.Refund(context.Background(), strings.TrimPrefix(calls[0], "refund:"))
 				}
 			}
-			rf, err := f.router.Refund(t.Context(), "ch_test", tc.amount, "")
+			rf, err := f.settler.Refund(t.Context(), "ch_test", tc.amount, "")
 			if got := errKind(err); got != tc.wantErr {
 				t.Fatalf("err %v (%s), want %q", err, got, tc.wantErr)
 			}
@@ -449,7 +443,7 @@ func TestRefund(t *testing.T) {
 			if got := len(due) == 1 && due[0].Kind == payrouter.TaskRefund && rf != nil && due[0].RefundID == rf.ID; got != tc.wantTask {
 				t.Errorf("queued tasks %+v, want a refund task due now: %v", tasks, tc.wantTask)
 			}
-			if got := f.obs.Used(); !equal(got, tc.wantUsed) {
+			if got := f.obs.Used(); !slices.Equal(got, tc.wantUsed) {
 				t.Errorf("fallbackLog reported %v, want %v", got, tc.wantUsed)
 			}
 		})
@@ -470,10 +464,10 @@ func TestRefundThatCannotBeQueued(t *testing.T) {
 	for _, answer := range []payrouter.Result{opUnavailable, opTimeout} {
 		t.Run(string(answer.Outcome), func(t *testing.T) {
 			f := newOpsFixture(t)
-			f.router.queue = brokenQueue{f.store}
+			f.settler.queue = brokenQueue{f.store}
 			f.charge(t, payrouter.StatusSucceeded)
 			f.gw.set(payrouter.OpRefund, answer)
-			rf, err := f.router.Refund(t.Context(), "ch_test", 0, "re_unqueued")
+			rf, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_unqueued")
 			if err == nil || rf != nil {
 				t.Fatalf("got %+v, %v; want no refund and an error", rf, err)
 			}
@@ -499,7 +493,7 @@ func TestRefundAskedAgainIsQueued(t *testing.T) {
 	if err := f.store.SaveRefund(t.Context(), pending); err != nil {
 		t.Fatal(err)
 	}
-	rf, err := f.router.Refund(t.Context(), "ch_test", 0, "re_left")
+	rf, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_left")
 	if err != nil || rf.Status != payrouter.RefundPending {
 		t.Fatalf("the pending refund asked again: %+v, %v; want it as it stands", rf, err)
 	}
@@ -509,13 +503,13 @@ func TestRefundAskedAgainIsQueued(t *testing.T) {
 	}
 }
 
-// work takes every task due and works it through the Router, as the worker does, acknowledging
+// work takes every task due and works it through the Settler, as the worker does, acknowledging
 // those done. It returns what each handling returned.
 func (f *opsFixture) work(t *testing.T) []error {
 	t.Helper()
 	var errs []error
 	for _, task := range f.tasks(t) {
-		err := f.router.Work(t.Context(), task)
+		err := f.settler.Work(t.Context(), task)
 		if err == nil {
 			if aerr := f.store.Ack(t.Context(), task.ID); aerr != nil {
 				t.Fatal(aerr)
@@ -542,7 +536,7 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 			f.gw.appliedOnTimeout = tc.applied
 			f.charge(t, payrouter.StatusSucceeded)
 			f.gw.set(payrouter.OpRefund, tc.first)
-			rf, err := f.router.Refund(t.Context(), "ch_test", 700, "")
+			rf, err := f.settler.Refund(t.Context(), "ch_test", 700, "")
 			if err != nil || rf.Status != payrouter.RefundQueued {
 				t.Fatalf("refund %+v, %v; want it queued", rf, err)
 			}
@@ -562,7 +556,7 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 				t.Fatalf("worked with the gateway back: %v; want done", errs)
 			}
 			want := []string{"refund:" + rf.Reference, "refund:" + rf.Reference, "refund:" + rf.Reference}
-			if got := f.gw.Calls(); !equal(got, want) {
+			if got := f.gw.Calls(); !slices.Equal(got, want) {
 				t.Errorf("gateway calls %v, want the same reference every time %v", got, want)
 			}
 			got, _ := f.store.Refund(t.Context(), rf.ID)
@@ -580,7 +574,7 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 			}
 
 			// Handed out twice (a consumer that crashed before its Ack): nothing is sent again.
-			if err := f.router.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: rf.ID}); err != nil {
+			if err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: rf.ID}); err != nil {
 				t.Errorf("a done refund worked again: %v", err)
 			}
 			if n := len(f.gw.Calls()); n != 3 {
@@ -600,7 +594,7 @@ func TestConcurrentRefundsBothCount(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			if _, err := f.router.Refund(context.Background(), "ch_test", 600, ""); err != nil {
+			if _, err := f.settler.Refund(context.Background(), "ch_test", 600, ""); err != nil {
 				t.Error(err)
 			}
 		})
@@ -638,7 +632,7 @@ func TestWorkRefundOutcomes(t *testing.T) {
 			if err := f.store.SaveRefund(t.Context(), rf); err != nil {
 				t.Fatal(err)
 			}
-			err := f.router.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: "re_1"})
+			err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: "re_1"})
 			if errors.Is(err, fallback.ErrLater) != tc.wantLater || (!tc.wantLater && err != nil) {
 				t.Fatalf("err %v, want later %v", err, tc.wantLater)
 			}
@@ -653,7 +647,7 @@ func TestWorkRefundOutcomes(t *testing.T) {
 	}
 	t.Run("a refund that is not stored is dropped", func(t *testing.T) {
 		f := newOpsFixture(t)
-		if err := f.router.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", RefundID: "re_gone"}); err != nil {
+		if err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", RefundID: "re_gone"}); err != nil {
 			t.Errorf("err %v, want nil: nothing can ever send it", err)
 		}
 	})
@@ -712,7 +706,7 @@ func TestResolveProcessing(t *testing.T) {
 			c := f.charge(t, payrouter.StatusProcessing, change...)
 			f.gw.set(payrouter.OpStatus, tc.lookup)
 			f.gw.set(payrouter.OpCapture, tc.capture)
-			answered, err := f.router.resolveProcessing(t.Context(), c)
+			answered, err := f.settler.ResolveProcessing(t.Context(), c)
 			if err != nil || answered != tc.wantAnswered {
 				t.Fatalf("answered %v, %v; want %v", answered, err, tc.wantAnswered)
 			}
@@ -728,7 +722,7 @@ func TestResolveProcessing(t *testing.T) {
 			if tc.wantStatus == payrouter.StatusDeclined && stored.DeclineCode != "do_not_honor" {
 				t.Errorf("decline code %q", stored.DeclineCode)
 			}
-			if got := f.gw.Calls(); !equal(got, tc.wantCalls) {
+			if got := f.gw.Calls(); !slices.Equal(got, tc.wantCalls) {
 				t.Errorf("gateway calls %v, want %v", got, tc.wantCalls)
 			}
 			tasks := f.tasks(t)
@@ -750,7 +744,7 @@ func TestResolveProcessingKeepsAnEarlierResolution(t *testing.T) {
 		done.Status = payrouter.StatusSucceeded
 		_ = f.store.SaveCharge(context.Background(), &done)
 	}
-	if answered, err := f.router.resolveProcessing(t.Context(), c); !answered || err != nil {
+	if answered, err := f.settler.ResolveProcessing(t.Context(), c); !answered || err != nil {
 		t.Fatalf("answered %v, %v", answered, err)
 	}
 	if c.Status != payrouter.StatusSucceeded || f.stored(t).Status != payrouter.StatusSucceeded {
@@ -786,7 +780,7 @@ func TestRefresh(t *testing.T) {
 			f := newOpsFixture(t, tc.opts...)
 			f.charge(t, tc.status)
 			f.gw.set(payrouter.OpStatus, tc.lookup)
-			c, stale, err := f.router.Refresh(t.Context(), "ch_test")
+			c, stale, err := f.settler.Refresh(t.Context(), "ch_test")
 			if got := errKind(err); got != tc.wantErr {
 				t.Fatalf("err %v, want %q", err, tc.wantErr)
 			}
@@ -796,14 +790,14 @@ func TestRefresh(t *testing.T) {
 			if n := len(f.gw.Calls()); n != tc.wantCalls {
 				t.Errorf("%d gateway calls, want %d", n, tc.wantCalls)
 			}
-			if got := f.obs.Used(); !equal(got, tc.wantUsed) {
+			if got := f.obs.Used(); !slices.Equal(got, tc.wantUsed) {
 				t.Errorf("fallbackLog reported %v, want %v", got, tc.wantUsed)
 			}
 		})
 	}
 	t.Run("unknown charge", func(t *testing.T) {
 		f := newOpsFixture(t)
-		if _, _, err := f.router.Refresh(t.Context(), "ch_nope"); payrouter.Code(err) != payrouter.ENotFound {
+		if _, _, err := f.settler.Refresh(t.Context(), "ch_nope"); payrouter.Code(err) != payrouter.ENotFound {
 			t.Errorf("err %v, want not-found", err)
 		}
 	})
@@ -815,18 +809,18 @@ func TestRefresh(t *testing.T) {
 func TestRefundAskedAgainIsNotSentTwice(t *testing.T) {
 	f := newOpsFixture(t)
 	f.charge(t, payrouter.StatusSucceeded)
-	first, err := f.router.Refund(t.Context(), "ch_test", 0, "re_fromkey")
+	first, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_fromkey")
 	if err != nil || first.ID != "re_fromkey" || first.Status != payrouter.RefundSucceeded {
 		t.Fatalf("first refund: %+v, %v", first, err)
 	}
-	again, err := f.router.Refund(t.Context(), "ch_test", 0, "re_fromkey")
+	again, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_fromkey")
 	if err != nil || again.ID != "re_fromkey" || again.Status != payrouter.RefundSucceeded || again.Amount != 1999 {
 		t.Errorf("asked again: %+v, %v; want the first refund as it stands", again, err)
 	}
 	if calls := f.gw.Calls(); len(calls) != 1 {
 		t.Errorf("gateway calls %v, want the one refund", calls)
 	}
-	if _, err := f.router.Refund(t.Context(), "ch_test", 500, "re_fromkey"); payrouter.Code(err) != payrouter.EMismatch {
+	if _, err := f.settler.Refund(t.Context(), "ch_test", 500, "re_fromkey"); payrouter.Code(err) != payrouter.EMismatch {
 		t.Errorf("the same id for another amount: %v, want %s", err, payrouter.EMismatch)
 	}
 }

@@ -1,4 +1,4 @@
-package routing
+package settle
 
 import (
 	"cmp"
@@ -20,40 +20,44 @@ const RecheckFor = 5 * time.Minute
 // task is acknowledged. fallback.ErrLater, or any other error, leaves it in the queue to be
 // handed out again; the gateway reference it sends is the same every time, so no task is ever
 // applied twice at a gateway.
-func (r *Router) Work(ctx context.Context, t payrouter.Task) error {
-	if r.table().gateways[t.Gateway] == nil {
+func (s *Settler) Work(ctx context.Context, t payrouter.Task) error {
+	if tab := s.table(); tab.gw.Adapters[t.Gateway] == nil || tab.gw.Domains.Guard(t.Gateway, payrouter.OpStatus) == nil {
 		// A gateway removed from the configuration: nothing can be sent there any more. The
 		// task stays for an instance that still knows the gateway, and ops see it in the log.
-		r.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
+		s.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
 		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, t.Gateway)
 	}
-	if r.now().Before(t.NotBefore) {
+	if s.now().Before(t.NotBefore) {
 		return fallback.ErrLater
 	}
 	switch t.Kind {
 	case payrouter.TaskRefund:
-		return r.workRefund(ctx, t)
+		return s.workRefund(ctx, t)
 	case payrouter.TaskVoid, payrouter.TaskRecheck:
-		return r.release(ctx, t)
+		return s.release(ctx, t)
 	}
-	r.log.ErrorContext(ctx, "task.unknown_kind", "task", t.Kind, "charge_id", t.ChargeID)
+	s.log.ErrorContext(ctx, "task.unknown_kind", "task", t.Kind, "charge_id", t.ChargeID)
 	return nil // nothing can ever do it; kept, it would come back for ever
 }
 
 // release makes sure an attempt no charge keeps holds no money at its gateway: it looks the
 // attempt up, voids an authorization, refunds a capture (a late approval after a failover),
 // and is done once the gateway shows nothing held.
-func (r *Router) release(ctx context.Context, t payrouter.Task) error {
-	if keeps, err := r.chargeKeeps(ctx, t); err != nil {
+func (s *Settler) release(ctx context.Context, t payrouter.Task) error {
+	if keeps, err := s.chargeKeeps(ctx, t); err != nil {
 		return fmt.Errorf("%w: reading charge %s: %v", fallback.ErrLater, t.ChargeID, err)
 	} else if keeps {
 		return nil // the charge's own attempt: never released, the reconciler resolves it
 	}
-	gw := r.table().gateways[t.Gateway]
-	look := payrouter.TxRequest{Reference: t.Reference, ChargeReference: t.Reference, GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency}
-	res, _ := r.domains.Guard(t.Gateway, payrouter.OpStatus).Do(ctx, func(ctx context.Context) payrouter.Result {
+	tab := s.table()
+	gw := tab.gw.Adapters[t.Gateway]
+	look := payrouter.TxRequest{
+		Reference: payrouter.OperationReference(t.Reference, payrouter.OpStatus), ChargeReference: t.Reference,
+		GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency,
+	}
+	res := tab.gw.Call(t.Gateway, payrouter.OpStatus, look.Reference, func(ctx context.Context) payrouter.Result {
 		return gw.Status(ctx, look)
-	})
+	}).Do(ctx)
 	if res.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: status look-up %s: %s", fallback.ErrLater, res.Outcome, res.Detail)
 	}
@@ -63,7 +67,7 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 	case payrouter.TxCaptured, payrouter.TxPartiallyRefunded:
 		op, send = payrouter.OpRefund, gw.Refund // all that is left
 	case payrouter.TxNotFound:
-		if r.now().Sub(t.CreatedAt) < RecheckFor {
+		if s.now().Sub(t.CreatedAt) < RecheckFor {
 			return fallback.ErrLater
 		}
 		return nil
@@ -73,17 +77,17 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 		return nil
 	}
 	req := payrouter.TxRequest{
-		Reference: t.Reference + "-" + string(op), ChargeReference: t.Reference,
+		Reference: payrouter.OperationReference(t.Reference, op), ChargeReference: t.Reference,
 		GatewayReference: cmp.Or(res.GatewayReference, t.GatewayReference), Currency: t.Currency,
 	}
-	out, _ := r.domains.Guard(t.Gateway, op).Do(ctx, func(ctx context.Context) payrouter.Result { return send(ctx, req) })
+	out := tab.gw.Call(t.Gateway, op, req.Reference, func(ctx context.Context) payrouter.Result { return send(ctx, req) }).Do(ctx)
 	if out.Outcome != payrouter.OutcomeSucceeded {
 		return fmt.Errorf("%w: %s %s: %s", fallback.ErrLater, op, out.Outcome, out.Detail)
 	}
-	r.log.WarnContext(ctx, "charge.stray_released", "charge_id", t.ChargeID, "gateway", t.Gateway, "reference", t.Reference,
+	s.log.WarnContext(ctx, "charge.stray_released", "charge_id", t.ChargeID, "gateway", t.Gateway, "reference", t.Reference,
 		"found", res.State, "did", op, "task", t.Kind)
-	if err := r.markVoided(ctx, t.ChargeID, t.Gateway, t.Reference); err != nil {
-		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", t.ChargeID, "err", err)
+	if err := s.markVoided(ctx, t.ChargeID, t.Gateway, t.Reference); err != nil {
+		s.log.WarnContext(ctx, "charge.store_failed", "charge_id", t.ChargeID, "err", err)
 	}
 	return nil
 }
@@ -91,8 +95,8 @@ func (r *Router) release(ctx context.Context, t payrouter.Task) error {
 // chargeKeeps reports whether the attempt a task names is the one its charge keeps (or still
 // waits for): a hedge queued for a recheck that then won, or a charge left processing on it.
 // Releasing it would refund the customer's own purchase.
-func (r *Router) chargeKeeps(ctx context.Context, t payrouter.Task) (bool, error) {
-	c, err := r.charges.Charge(ctx, t.ChargeID)
+func (s *Settler) chargeKeeps(ctx context.Context, t payrouter.Task) (bool, error) {
+	c, err := s.charges.Charge(ctx, t.ChargeID)
 	if errors.Is(err, payrouter.ErrNotFound) {
 		return false, nil // never stored: it kept nothing
 	}
@@ -111,38 +115,38 @@ func (r *Router) chargeKeeps(ctx context.Context, t payrouter.Task) (bool, error
 
 // markVoided marks the attempt with that reference as voided in its stored charge, so that GET
 // /charge/{id} tells the whole story.
-func (r *Router) markVoided(ctx context.Context, chargeID, gateway, ref string) error {
-	c, err := r.charges.Charge(ctx, chargeID)
+func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string) error {
+	c, err := s.charges.Charge(ctx, chargeID)
 	if err != nil {
 		return err
 	}
 	for i := range c.Attempts {
 		if c.Attempts[i].Gateway == gateway && c.Attempts[i].Reference == ref && !c.Attempts[i].Voided {
 			c.Attempts[i].Voided = true
-			c.UpdatedAt = r.now().UTC()
-			return r.charges.SaveCharge(ctx, c)
+			c.UpdatedAt = s.now().UTC()
+			return s.charges.SaveCharge(ctx, c)
 		}
 	}
 	return nil
 }
 
-// releaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval
+// ReleaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval
 // to void, TaskRecheck for an attempt found not processed that may yet be processed late. It
 // is started no sooner than after. A task that cannot be queued is logged loudly: ops must
 // look at that gateway's ledger.
-func (r *Router) releaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
-	now := r.now().UTC()
+func (s *Settler) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
+	now := s.now().UTC()
 	t := payrouter.Task{
 		Kind: kind, Gateway: gateway, ChargeID: c.ID, Reference: ref, GatewayReference: gwRef,
 		Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now,
 	}
-	if r.queue == nil {
-		r.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", "no queue configured")
+	if s.queue == nil {
+		s.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", "no queue configured")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := r.queue.Enqueue(ctx, t); err != nil {
-		r.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
+	if _, err := s.queue.Enqueue(ctx, t); err != nil {
+		s.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
 	}
 }
