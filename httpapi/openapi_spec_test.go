@@ -352,15 +352,20 @@ func (o *openAPI) check(ex exchange, cov *coverage) []string {
 	resp, key := ref.Value, opKey+" "+strconv.Itoa(ex.status)
 	cov.add("status", key)
 
+	documented := map[string]string{} // canonical name: the spec's
+	for name := range resp.Headers {
+		documented[http.CanonicalHeaderKey(name)] = name
+	}
 	for _, name := range slices.Sorted(maps.Keys(ex.header)) {
 		if ignoredHeaders[name] {
 			continue
 		}
-		if _, ok := resp.Headers[name]; !ok {
+		specName, ok := documented[http.CanonicalHeaderKey(name)]
+		if !ok {
 			fail("header %s is not documented for %s", name, key)
 			continue
 		}
-		cov.add("header", key+" "+name)
+		cov.add("header", key+" "+specName)
 	}
 	if len(resp.Content) == 0 && len(ex.body) > 0 {
 		fail("%s documents no body, yet one came: %s", key, clip(ex.body))
@@ -416,20 +421,41 @@ func schemaError(err *openapi3.SchemaError) string {
 	return fmt.Sprintf("at /%s: %s", strings.Join(err.JSONPointer(), "/"), err.Reason)
 }
 
-// unpack lists the errors a MultiError holds, each on its own.
+// unpack lists the errors a MultiError holds, each on its own and named by what kin-openapi
+// was validating (a header, a parameter, the body).
 func unpack(err error) []string {
 	if err == nil {
 		return nil
 	}
+	var within string
 	var multi openapi3.MultiError
-	if errors.As(err, &multi) {
-		var out []string
-		for _, e := range multi {
-			out = append(out, unpack(e)...)
+	switch e := err.(type) {
+	case openapi3.MultiError:
+		multi = e
+	case *openapi3filter.ResponseError:
+		if m, ok := e.Err.(openapi3.MultiError); ok {
+			within, multi = e.Reason, m
 		}
-		return out
+	case *openapi3filter.RequestError:
+		if m, ok := e.Err.(openapi3.MultiError); ok {
+			outer := *e
+			outer.Err = nil
+			within, multi = outer.Error(), m
+		}
 	}
-	return []string{err.Error()}
+	if multi == nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range multi {
+		for _, msg := range unpack(e) {
+			if within != "" {
+				msg = within + ": " + msg
+			}
+			out = append(out, msg)
+		}
+	}
+	return out
 }
 
 // ---- coverage ----------------------------------------------------------------------------
