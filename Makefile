@@ -23,9 +23,10 @@ run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gat
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, the alert rules' promtool tests, every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
+test: ## go vet, the alert rules' promtool tests, the API spec's lint and generated clients (make api-clients), every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
 	$(GO) vet ./...
 	bash scripts/check-alerts.sh
+	bash scripts/check-api-clients.sh
 	PAYROUTER_CONTRACT_SUITE=$(abspath $(CONTRACT_SUITE)) $(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
 	$(MAKE) contract
@@ -53,6 +54,10 @@ alerts: ## promtool check rules and the alert rules' unit tests (configs/prometh
 # ../shared/contract (CONTRACT_SUITE=DIR points elsewhere). Where it is absent, `make contract`
 # (and so `make test`) says where it looked and skips it. The reference it checks is in docs/.
 CONTRACT_SUITE ?= ../shared/contract
+
+.PHONY: api-clients
+api-clients: ## api/openapi.yaml: Redocly's recommended lint (redocly.yaml), then a Go (oapi-codegen) and a TypeScript (openapi-typescript) client generated and compiled; needs Node.js, npm and the registries
+	bash scripts/check-api-clients.sh
 
 .PHONY: contract
 contract: ## only the black-box contract suite (beside the checkout, CONTRACT_SUITE): core in memory, then core and fleet on PostgreSQL and Redis

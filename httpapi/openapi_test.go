@@ -4,8 +4,7 @@ package httpapi_test
 // storefront and admin handlers, over the real router, guards, adapters and simulated gateways,
 // through every documented operation and answer, and validates each response against the spec;
 // then it checks the reverse, that every documented answer, header, problem type and field was
-// produced. The validator covers the subset of JSON Schema the spec keeps to (the spec is linted
-// against that subset first, so a keyword it does not know fails instead of being ignored).
+// produced. kin-openapi validates the spec and each exchange (openapi_spec_test.go).
 
 import (
 	"bytes"
@@ -16,23 +15,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
-	"mime"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
@@ -64,11 +57,6 @@ var specNotProduced = map[string]string{}
 
 // specFieldsNotProduced is the same for documented fields ("Schema.field").
 var specFieldsNotProduced = map[string]string{}
-
-// ignoredHeaders are HTTP's own framing headers, which the spec does not document.
-var ignoredHeaders = map[string]bool{
-	"Content-Type": true, "Content-Length": true, "Date": true, "Content-Encoding": true, "Transfer-Encoding": true,
-}
 
 func TestOpenAPI(t *testing.T) {
 	spec := loadSpec(t)
@@ -425,8 +413,9 @@ func TestOpenAPI(t *testing.T) {
 	})
 }
 
-// TestOpenAPIValidator proves the validator catches what it is for, on the real spec: a response
-// that strays from it in any way, and a spec with a typo.
+// TestOpenAPIValidator proves the check catches what it is for, on the real spec: a response
+// that strays from it in any way, an accepted request the spec would refuse, and a spec with a
+// typo.
 func TestOpenAPIValidator(t *testing.T) {
 	data, err := os.ReadFile(specFile)
 	if err != nil {
@@ -447,10 +436,23 @@ func TestOpenAPIValidator(t *testing.T) {
 				h.Set(header[i], header[i+1])
 			}
 		}
-		return exchange{server: storefrontURL, method: "GET", path: "/charge/ch_ABC", status: status, header: h, body: []byte(body)}
+		return exchange{server: storefrontURL, method: "GET", path: "/charge/ch_ABC", reqHeader: http.Header{"Authorization": {"Bearer k"}},
+			status: status, header: h, body: []byte(body)}
+	}
+	// createCharge is POST /charge answered 201 with the charge above.
+	createCharge := func(reqBody, auth string) exchange {
+		h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"k-1"}}
+		if auth != "" {
+			h.Set("Authorization", auth)
+		}
+		return exchange{server: storefrontURL, method: "POST", path: "/charge", reqHeader: h, reqBody: []byte(reqBody), status: 201,
+			header: http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_1"}}, body: []byte(charge)}
 	}
 	if errs := spec.check(getCharge(200, charge), nil); len(errs) > 0 {
 		t.Fatalf("a valid charge is refused: %v", errs)
+	}
+	if errs := spec.check(createCharge(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`, "Bearer k"), nil); len(errs) > 0 {
+		t.Fatalf("a valid charge request is refused: %v", errs)
 	}
 	cases := []struct {
 		name string
@@ -477,6 +479,9 @@ func TestOpenAPIValidator(t *testing.T) {
 			header: http.Header{"X-Request-Id": {"r"}}}, "/charges"},
 		{"an admin path on the storefront", exchange{server: storefrontURL, method: "GET", path: "/admin/breakers", status: 200,
 			header: http.Header{"X-Request-Id": {"r"}}}, "/admin/breakers"},
+		{"an accepted request the spec refuses", createCharge(`{"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`, "Bearer k"), "amount"},
+		{"an accepted request without the credential the spec asks for", createCharge(
+			`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`, ""), "Bearer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -534,8 +539,8 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		}
 		for _, r := range routes {
 			documented := false
-			for _, p := range spec.paths {
-				if _, ok := p.item[strings.ToLower(r.Method)]; ok && slices.Contains(p.servers, l.url) && routeMatches(r.Path, p.segs) {
+			for _, p := range spec.paths() {
+				if p.item.GetOperation(r.Method) != nil && slices.Contains(p.servers, l.url) && routeMatches(r.Path, p.segs) {
 					documented = true
 				}
 			}
@@ -543,15 +548,15 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 				t.Errorf("%s: route %s %s is not in %s", l.url, r.Method, r.Path, specFile)
 			}
 		}
-		for _, p := range spec.paths {
+		for _, p := range spec.paths() {
 			if !slices.Contains(p.servers, l.url) {
 				continue
 			}
 			for _, m := range httpMethods {
-				if _, ok := p.item[m]; ok && !slices.ContainsFunc(routes, func(r *echo.Route) bool {
-					return strings.EqualFold(r.Method, m) && routeMatches(r.Path, p.segs)
+				if p.item.GetOperation(m) != nil && !slices.ContainsFunc(routes, func(r *echo.Route) bool {
+					return r.Method == m && routeMatches(r.Path, p.segs)
 				}) {
-					t.Errorf("%s: %s %s is documented but no route serves it", l.url, strings.ToUpper(m), p.template)
+					t.Errorf("%s: %s %s is documented but no route serves it", l.url, m, p.template)
 				}
 			}
 		}
@@ -915,7 +920,7 @@ func (st *specStack) roundTrip(t *testing.T, srv *specServer, c specCall) (specA
 	if got := resp.Header.Get("X-Request-Id"); rid != "" && got != rid {
 		t.Errorf("%s %s: X-Request-Id %q, want the request's %q echoed", c.method, c.path, got, rid)
 	}
-	ex := exchange{server: srv.url, method: c.method, path: c.path, reqBody: []byte(c.body), status: a.status, header: a.header, body: body}
+	ex := exchange{server: srv.url, method: c.method, path: c.path, reqHeader: req.Header, reqBody: []byte(c.body), status: a.status, header: a.header, body: body}
 	for _, e := range st.spec.check(ex, st.cov) {
 		t.Errorf("%s %s -> %d: %s\n\tbody: %s", c.method, c.path, a.status, e, clip(body))
 	}
@@ -1237,928 +1242,4 @@ func clip(b []byte) string {
 		return string(b[:400]) + "..."
 	}
 	return string(b)
-}
-
-// ---- the spec and its validator ----------------------------------------------------------
-
-// openAPI is the loaded spec: its document and its path templates.
-type openAPI struct {
-	doc   map[string]any
-	paths []pathItem
-}
-
-type pathItem struct {
-	template string
-	segs     []string
-	item     map[string]any
-	servers  []string // the URLs of the servers the path is served on
-}
-
-var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-func loadSpec(t *testing.T) *openAPI {
-	t.Helper()
-	data, err := os.ReadFile(specFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := parseOpenAPI(data)
-	if err != nil {
-		t.Fatalf("%s:\n%v", specFile, err)
-	}
-	return spec
-}
-
-// parseOpenAPI reads a spec and lints it: the structure the check relies on, and schemas kept to
-// the subset the validator knows.
-func parseOpenAPI(data []byte) (*openAPI, error) {
-	var raw any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, err
-	}
-	doc, ok := plain(raw).(map[string]any)
-	if !ok {
-		return nil, errors.New("the spec is not a mapping")
-	}
-	o := &openAPI{doc: doc}
-	if errs := o.lint(); len(errs) > 0 {
-		return o, errors.Join(errs...)
-	}
-	return o, nil
-}
-
-// plain turns what YAML decoded into JSON's shapes: maps keyed by strings.
-func plain(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = plain(e)
-		}
-		return out
-	case map[any]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[fmt.Sprint(k)] = plain(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = plain(e)
-		}
-		return out
-	}
-	return v
-}
-
-// lookup returns the node a local reference ("#/components/...") points to.
-func (o *openAPI) lookup(ref string) (any, bool) {
-	rest, ok := strings.CutPrefix(ref, "#/")
-	if !ok {
-		return nil, false
-	}
-	var node any = o.doc
-	for _, part := range strings.Split(rest, "/") {
-		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
-		m, ok := node.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if node, ok = m[part]; !ok {
-			return nil, false
-		}
-	}
-	return node, true
-}
-
-// resolve follows $ref from node (whose pointer is ptr) and returns the object it ends at, and
-// that object's pointer.
-func (o *openAPI) resolve(node any, ptr string) (map[string]any, string, error) {
-	for range 10 {
-		m, ok := node.(map[string]any)
-		if !ok {
-			return nil, ptr, fmt.Errorf("%s: not an object", ptr)
-		}
-		ref, ok := m["$ref"].(string)
-		if !ok {
-			return m, ptr, nil
-		}
-		if node, ok = o.lookup(ref); !ok {
-			return nil, ptr, fmt.Errorf("%s: $ref %s points nowhere", ptr, ref)
-		}
-		ptr = ref
-	}
-	return nil, ptr, fmt.Errorf("%s: $ref loop", ptr)
-}
-
-func escapePtr(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-func serverURLs(v any) []string {
-	list, _ := v.([]any)
-	var out []string
-	for _, s := range list {
-		if m, ok := s.(map[string]any); ok {
-			if u, ok := m["url"].(string); ok {
-				out = append(out, u)
-			}
-		}
-	}
-	return out
-}
-
-// operation is one documented operation, found by walking the spec.
-type operation struct {
-	key      string // "POST /charge"
-	ptr      string
-	op       map[string]any
-	security []string // the names of its security schemes
-}
-
-func (o *openAPI) operations() []operation {
-	var out []operation
-	rootSecurity := o.doc["security"]
-	for _, p := range o.paths {
-		for _, m := range httpMethods {
-			op, ok := p.item[m].(map[string]any)
-			if !ok {
-				continue
-			}
-			sec := rootSecurity
-			if s, ok := op["security"]; ok {
-				sec = s
-			}
-			var names []string
-			list, _ := sec.([]any)
-			for _, req := range list {
-				if rm, ok := req.(map[string]any); ok {
-					names = append(names, sortedKeys(rm)...)
-				}
-			}
-			out = append(out, operation{
-				key: strings.ToUpper(m) + " " + p.template, ptr: "#/paths/" + escapePtr(p.template) + "/" + m,
-				op: op, security: names,
-			})
-		}
-	}
-	return out
-}
-
-// response is one documented response of an operation, resolved.
-type response struct {
-	key  string // "POST /charge 201"
-	ptr  string
-	resp map[string]any
-}
-
-func (o *openAPI) responses(op operation) ([]response, []error) {
-	var out []response
-	var errs []error
-	rs, _ := op.op["responses"].(map[string]any)
-	for _, code := range sortedKeys(rs) {
-		r, ptr, err := o.resolve(rs[code], op.ptr+"/responses/"+code)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, response{key: op.key + " " + code, ptr: ptr, resp: r})
-	}
-	return out, errs
-}
-
-// headers returns a response's documented headers, resolved, by canonical name.
-func (o *openAPI) headers(r response) (map[string]map[string]any, map[string]string, []error) {
-	out, ptrs := map[string]map[string]any{}, map[string]string{}
-	var errs []error
-	hs, _ := r.resp["headers"].(map[string]any)
-	for name, h := range hs {
-		m, ptr, err := o.resolve(h, r.ptr+"/headers/"+escapePtr(name))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out[http.CanonicalHeaderKey(name)], ptrs[http.CanonicalHeaderKey(name)] = m, ptr
-	}
-	return out, ptrs, errs
-}
-
-// lint checks the structure the check relies on, and every schema against the subset.
-func (o *openAPI) lint() []error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if v, _ := o.doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
-		add("openapi: %q, want 3.1.x", v)
-	}
-	rootServers := serverURLs(o.doc["servers"])
-	paths, _ := o.doc["paths"].(map[string]any)
-	if len(paths) == 0 {
-		add("paths: none")
-	}
-	for _, tmpl := range sortedKeys(paths) {
-		item, ok := paths[tmpl].(map[string]any)
-		if !ok {
-			add("paths.%s: not an object", tmpl)
-			continue
-		}
-		servers := rootServers
-		if s, ok := item["servers"]; ok {
-			servers = serverURLs(s)
-		}
-		for _, s := range servers {
-			if s != storefrontURL && s != adminURL {
-				add("paths.%s: server %s is neither the storefront (%s) nor the admin API (%s)", tmpl, s, storefrontURL, adminURL)
-			}
-		}
-		for k := range item {
-			if !slices.Contains(httpMethods, k) && !slices.Contains([]string{"servers", "parameters", "summary", "description"}, k) {
-				add("paths.%s: unknown key %q", tmpl, k)
-			}
-		}
-		o.paths = append(o.paths, pathItem{template: tmpl, segs: strings.Split(strings.Trim(tmpl, "/"), "/"), item: item, servers: servers})
-	}
-
-	sl := &schemaLint{o: o, done: map[string]bool{}}
-	lintParams := func(v any, ptr string) {
-		list, _ := v.([]any)
-		for i, p := range list {
-			m, pptr, err := o.resolve(p, fmt.Sprintf("%s/%d", ptr, i))
-			if err != nil {
-				add("%v", err)
-				continue
-			}
-			sl.schema(m["schema"], pptr+"/schema")
-		}
-	}
-	lintContent := func(v any, ptr string) {
-		content, _ := v.(map[string]any)
-		for mt, media := range content {
-			mm, _ := media.(map[string]any)
-			sl.schema(mm["schema"], ptr+"/"+escapePtr(mt)+"/schema")
-		}
-	}
-	ids := map[string]string{}
-	for _, p := range o.paths {
-		lintParams(p.item["parameters"], "#/paths/"+escapePtr(p.template)+"/parameters")
-	}
-	for _, op := range o.operations() {
-		id, _ := op.op["operationId"].(string)
-		if id == "" {
-			add("%s: no operationId", op.key)
-		} else if other, dup := ids[id]; dup {
-			add("%s: operationId %s is %s's too", op.key, id, other)
-		}
-		ids[id] = op.key
-		lintParams(op.op["parameters"], op.ptr+"/parameters")
-		if rb, ok := op.op["requestBody"]; ok {
-			m, ptr, err := o.resolve(rb, op.ptr+"/requestBody")
-			if err != nil {
-				add("%v", err)
-			} else {
-				lintContent(m["content"], ptr+"/content")
-			}
-		}
-		rs, rerrs := o.responses(op)
-		errs = append(errs, rerrs...)
-		if len(rs) == 0 {
-			add("%s: no responses", op.key)
-		}
-		codes := map[string]bool{}
-		for _, r := range rs {
-			code := r.key[strings.LastIndexByte(r.key, ' ')+1:]
-			codes[code] = true
-			if !regexp.MustCompile(`^[1-5][0-9][0-9]$`).MatchString(code) {
-				add("%s: a status must be a three-digit code", r.key)
-			}
-			if d, _ := r.resp["description"].(string); d == "" {
-				add("%s: no description", r.key)
-			}
-			hs, hptrs, herrs := o.headers(r)
-			errs = append(errs, herrs...)
-			if hs["X-Request-Id"] == nil {
-				add("%s: X-Request-Id is not documented; every response carries it", r.key)
-			}
-			for name, h := range hs {
-				sl.schema(h["schema"], hptrs[name]+"/schema")
-			}
-			content, _ := r.resp["content"].(map[string]any)
-			lintContent(r.resp["content"], r.ptr+"/content")
-			types, hasTypes := r.resp["x-problem-types"]
-			problem, isProblem := content["application/problem+json"].(map[string]any)
-			switch {
-			case isProblem && !hasTypes:
-				add("%s: a problem response names its problem types in x-problem-types", r.key)
-			case hasTypes && !isProblem:
-				add("%s: x-problem-types on a response that is not application/problem+json", r.key)
-			case isProblem:
-				s, _, err := o.resolve(problem["schema"], r.ptr+"/content/application~1problem+json/schema")
-				if err != nil {
-					add("%v", err)
-					break
-				}
-				props, _ := s["properties"].(map[string]any)
-				typeSchema, _ := props["type"].(map[string]any)
-				enum, _ := typeSchema["enum"].([]any)
-				list, _ := types.([]any)
-				if len(list) == 0 {
-					add("%s: x-problem-types is empty", r.key)
-				}
-				for _, pt := range list {
-					if !slices.Contains(enum, pt) {
-						add("%s: problem type %v is not in the type enum of its schema", r.key, pt)
-					}
-				}
-			}
-		}
-		switch {
-		case len(op.security) > 0 && !codes["401"]:
-			add("%s: needs credentials but documents no 401", op.key)
-		case len(op.security) == 0 && codes["401"]:
-			add("%s: needs no credentials but documents 401", op.key)
-		}
-		if len(op.security) > 0 && !codes["429"] {
-			add("%s: needs credentials but documents no 429 (the failed-auth throttle answers it)", op.key)
-		}
-		if slices.Contains(op.security, "adminToken") && !codes["403"] {
-			add("%s: an admin operation answers 403 while no admin token is configured", op.key)
-		}
-		for _, name := range op.security {
-			if _, ok := o.lookup("#/components/securitySchemes/" + name); !ok {
-				add("%s: security scheme %s is not defined", op.key, name)
-			}
-		}
-	}
-	comps, _ := o.doc["components"].(map[string]any)
-	schemas, _ := comps["schemas"].(map[string]any)
-	for _, name := range sortedKeys(schemas) {
-		sl.schema(schemas[name], "#/components/schemas/"+escapePtr(name))
-	}
-	return append(errs, sl.errs...)
-}
-
-// schemaLint checks schemas against the subset the validator implements.
-type schemaLint struct {
-	o    *openAPI
-	done map[string]bool
-	errs []error
-}
-
-var schemaTypes = []string{"object", "array", "string", "integer", "number", "boolean", "null"}
-
-func (l *schemaLint) add(format string, args ...any) {
-	l.errs = append(l.errs, fmt.Errorf(format, args...))
-}
-
-func (l *schemaLint) schema(node any, ptr string) {
-	if l.done[ptr] {
-		return
-	}
-	l.done[ptr] = true
-	m, ok := node.(map[string]any)
-	if !ok {
-		l.add("%s: a schema must be an object", ptr)
-		return
-	}
-	if ref, ok := m["$ref"]; ok {
-		s, isStr := ref.(string)
-		target, found := l.o.lookup(s)
-		if !isStr || !found {
-			l.add("%s: $ref %v points nowhere", ptr, ref)
-			return
-		}
-		for k := range m {
-			if k != "$ref" && k != "description" {
-				l.add("%s: %s beside $ref", ptr, k)
-			}
-		}
-		l.schema(target, s)
-		return
-	}
-	types, err := typesOf(m)
-	if err != nil {
-		l.add("%s: %v", ptr, err)
-	}
-	props, _ := m["properties"].(map[string]any)
-	for _, k := range sortedKeys(m) {
-		v := m[k]
-		switch k {
-		case "type":
-		case "properties":
-			if _, ok := v.(map[string]any); !ok {
-				l.add("%s: properties must be an object", ptr)
-			}
-			for _, name := range sortedKeys(props) {
-				l.schema(props[name], ptr+"/properties/"+escapePtr(name))
-			}
-		case "required":
-			list, _ := v.([]any)
-			for _, r := range list {
-				if name, ok := r.(string); !ok || props[name] == nil {
-					l.add("%s: required %v is not one of its properties", ptr, r)
-				}
-			}
-		case "additionalProperties":
-			switch ap := v.(type) {
-			case bool:
-				if ap {
-					l.add("%s: additionalProperties true: say false, or give their schema", ptr)
-				}
-			case map[string]any:
-				l.schema(ap, ptr+"/additionalProperties")
-			default:
-				l.add("%s: additionalProperties must be false or a schema, not %v", ptr, v)
-			}
-		case "items":
-			l.schema(v, ptr+"/items")
-		case "enum", "examples":
-			if list, ok := v.([]any); !ok || len(list) == 0 {
-				l.add("%s: %s must be a non-empty list", ptr, k)
-			}
-		case "minimum", "maximum":
-			if _, ok := ratOf(v); !ok {
-				l.add("%s: %s must be a number", ptr, k)
-			}
-		case "minLength", "maxLength", "maxProperties":
-			if n, ok := v.(int); !ok || n < 0 {
-				l.add("%s: %s must be a count", ptr, k)
-			}
-		case "pattern":
-			s, _ := v.(string)
-			if _, err := regexp.Compile(s); err != nil || s == "" {
-				l.add("%s: pattern %v: %v", ptr, v, err)
-			}
-		case "format":
-			if v != "date-time" {
-				l.add("%s: format %v is not one the validator checks (date-time)", ptr, v)
-			}
-		case "description":
-			if _, ok := v.(string); !ok {
-				l.add("%s: description must be a string", ptr)
-			}
-		case "default":
-		default:
-			l.add("%s: keyword %q is outside the subset the validator knows", ptr, k)
-		}
-	}
-	if slices.Contains(types, "object") {
-		if _, ok := m["additionalProperties"]; !ok {
-			l.add("%s: an object schema must say additionalProperties (false, or their schema)", ptr)
-		}
-	}
-	if slices.Contains(types, "array") && m["items"] == nil {
-		l.add("%s: an array schema must say items", ptr)
-	}
-}
-
-// typesOf reads a schema's type: one name or a list (a list with "null" is nullable).
-func typesOf(m map[string]any) ([]string, error) {
-	switch t := m["type"].(type) {
-	case nil:
-		return nil, errors.New("no type")
-	case string:
-		if !slices.Contains(schemaTypes, t) {
-			return nil, fmt.Errorf("unknown type %q", t)
-		}
-		return []string{t}, nil
-	case []any:
-		var out []string
-		for _, e := range t {
-			s, _ := e.(string)
-			if !slices.Contains(schemaTypes, s) {
-				return nil, fmt.Errorf("unknown type %v", e)
-			}
-			out = append(out, s)
-		}
-		return out, nil
-	default:
-		return nil, fmt.Errorf("type %v must be a name or a list", t)
-	}
-}
-
-// exchange is one request and its answer, as the check sees them.
-type exchange struct {
-	server       string // the spec's server URL of the listener
-	method, path string
-	reqBody      []byte
-	status       int
-	header       http.Header
-	body         []byte
-}
-
-// check validates an answer against the spec and records what it covered (cov nil: nothing).
-func (o *openAPI) check(ex exchange, cov *coverage) []string {
-	var errs []string
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	path, _, _ := strings.Cut(ex.path, "?")
-	p := o.match(ex.server, path)
-	if p == nil {
-		fail("the path %s is not documented on %s", path, ex.server)
-		return errs
-	}
-	var op operation
-	for _, cand := range o.operations() {
-		if cand.key == ex.method+" "+p.template {
-			op = cand
-		}
-	}
-	if op.op == nil {
-		fail("%s %s is not documented", ex.method, p.template)
-		return errs
-	}
-	rs, _ := o.responses(op)
-	var r response
-	for _, cand := range rs {
-		if cand.key == op.key+" "+strconv.Itoa(ex.status) {
-			r = cand
-		}
-	}
-	if r.resp == nil {
-		fail("status %d is not documented for %s", ex.status, op.key)
-		return errs
-	}
-	cov.add("status", r.key)
-
-	v := &validator{o: o, cov: cov}
-	docHeaders, _, _ := o.headers(r)
-	for _, name := range sortedKeys(ex.header) {
-		if ignoredHeaders[name] {
-			continue
-		}
-		h := docHeaders[name]
-		if h == nil {
-			fail("header %s is not documented for %s", name, r.key)
-			continue
-		}
-		cov.add("header", r.key+" "+name)
-		for _, value := range ex.header[name] {
-			var val any = value
-			hs, _, _ := o.resolve(h["schema"], r.ptr)
-			if types, _ := typesOf(hs); slices.Contains(types, "integer") {
-				if _, err := strconv.ParseInt(value, 10, 64); err == nil {
-					val = json.Number(value)
-				}
-			}
-			v.record = false
-			for _, e := range v.validate(h["schema"], r.ptr+"/headers/"+name+"/schema", val, "header "+name) {
-				fail("%s", e)
-			}
-		}
-	}
-	for name, h := range docHeaders {
-		if req, _ := h["required"].(bool); req && ex.header.Get(name) == "" {
-			fail("header %s is required for %s and missing", name, r.key)
-		}
-	}
-
-	content, _ := r.resp["content"].(map[string]any)
-	if len(ex.body) == 0 && len(content) == 0 {
-		return errs
-	}
-	mt, _, err := mime.ParseMediaType(ex.header.Get("Content-Type"))
-	if err != nil {
-		fail("Content-Type %q: %v", ex.header.Get("Content-Type"), err)
-		return errs
-	}
-	media, ok := content[mt].(map[string]any)
-	if !ok {
-		fail("content type %s is not documented for %s (documented: %v)", mt, r.key, sortedKeys(content))
-		return errs
-	}
-	val, err := decodeBody(mt, ex.body)
-	if err != nil {
-		fail("the body is not %s: %v", mt, err)
-		return errs
-	}
-	v.record = true
-	for _, e := range v.validate(media["schema"], r.ptr+"/content/"+escapePtr(mt)+"/schema", val, "body") {
-		fail("%s", e)
-	}
-	if types, ok := r.resp["x-problem-types"].([]any); ok {
-		obj, _ := val.(map[string]any)
-		if !slices.Contains(types, obj["type"]) {
-			fail("problem type %v is not documented for %s (documented: %v)", obj["type"], r.key, types)
-		} else {
-			cov.add("problem type", r.key+" "+obj["type"].(string))
-		}
-		if s, _ := obj["status"].(json.Number); s.String() != strconv.Itoa(ex.status) {
-			fail("the problem's status %v is not the answer's %d", obj["status"], ex.status)
-		}
-	}
-	// What the server accepted, the spec must accept: a request body answered 2xx is valid.
-	if ex.status < 300 && len(bytes.TrimSpace(ex.reqBody)) > 0 {
-		if rb, ok := op.op["requestBody"]; ok {
-			m, ptr, err := o.resolve(rb, op.ptr+"/requestBody")
-			if err == nil {
-				rc, _ := m["content"].(map[string]any)
-				if media, ok := rc["application/json"].(map[string]any); ok {
-					if body, err := decodeBody("application/json", ex.reqBody); err == nil {
-						v.record = false
-						for _, e := range v.validate(media["schema"], ptr+"/content/application~1json/schema", body, "request body") {
-							fail("accepted, yet not valid by the spec: %s", e)
-						}
-					}
-				}
-			}
-		} else {
-			fail("%s took a request body it does not document", op.key)
-		}
-	}
-	return errs
-}
-
-// match finds the path template a request path is, among those served on server: literal
-// segments win over parameters.
-func (o *openAPI) match(server, path string) *pathItem {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	var best *pathItem
-	bestLiterals := -1
-	for i := range o.paths {
-		p := &o.paths[i]
-		if len(p.segs) != len(segs) || !slices.Contains(p.servers, server) {
-			continue
-		}
-		literals, ok := 0, true
-		for j, s := range p.segs {
-			switch {
-			case strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}"):
-				ok = ok && segs[j] != ""
-			case s == segs[j]:
-				literals++
-			default:
-				ok = false
-			}
-		}
-		if ok && literals > bestLiterals {
-			best, bestLiterals = p, literals
-		}
-	}
-	return best
-}
-
-// decodeBody reads a JSON body with its numbers kept exact, or a text body as a string.
-func decodeBody(mt string, body []byte) (any, error) {
-	if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-		return string(body), nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, errors.New("data after the JSON value")
-	}
-	return v, nil
-}
-
-// validator checks a value against a schema of the subset.
-type validator struct {
-	o      *openAPI
-	cov    *coverage
-	record bool // record the fields seen (responses, not requests or headers)
-}
-
-func (v *validator) validate(node any, ptr string, val any, at string) []string {
-	var errs []string
-	fail := func(format string, args ...any) { errs = append(errs, at+": "+fmt.Sprintf(format, args...)) }
-	m, ptr, err := v.o.resolve(node, ptr)
-	if err != nil {
-		return []string{at + ": " + err.Error()}
-	}
-	types, _ := typesOf(m)
-	kinds := kindsOf(val)
-	if !slices.ContainsFunc(kinds, func(k string) bool { return slices.Contains(types, k) }) {
-		fail("%s, want %s", kinds[0], strings.Join(types, " or "))
-		return errs
-	}
-	if enum, ok := m["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return canon(e) == canon(val) }) {
-		fail("%s is not one of %v", canon(val), enum)
-	}
-	switch x := val.(type) {
-	case string:
-		n := utf8.RuneCountInString(x)
-		if min, ok := m["minLength"].(int); ok && n < min {
-			fail("shorter than %d", min)
-		}
-		if max, ok := m["maxLength"].(int); ok && n > max {
-			fail("longer than %d", max)
-		}
-		if p, ok := m["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(x) {
-			fail("%q does not match %s", x, p)
-		}
-		if m["format"] == "date-time" {
-			if _, err := time.Parse(time.RFC3339Nano, x); err != nil {
-				fail("%q is not an RFC 3339 date-time", x)
-			}
-		}
-	case json.Number:
-		n, _ := ratOf(x)
-		if min, ok := ratOf(m["minimum"]); ok && n.Cmp(min) < 0 {
-			fail("%s is less than %s", x, min.RatString())
-		}
-		if max, ok := ratOf(m["maximum"]); ok && n.Cmp(max) > 0 {
-			fail("%s is more than %s", x, max.RatString())
-		}
-	case map[string]any:
-		props, _ := m["properties"].(map[string]any)
-		if req, ok := m["required"].([]any); ok {
-			for _, r := range req {
-				if _, ok := x[r.(string)]; !ok {
-					fail("required field %s is missing", r)
-				}
-			}
-		}
-		if max, ok := m["maxProperties"].(int); ok && len(x) > max {
-			fail("more than %d members", max)
-		}
-		for _, name := range sortedKeys(x) {
-			if ps, ok := props[name]; ok {
-				if v.record {
-					v.cov.add("field", ptr+" "+name)
-				}
-				errs = append(errs, v.validate(ps, ptr+"/properties/"+escapePtr(name), x[name], at+"."+name)...)
-				continue
-			}
-			switch ap := m["additionalProperties"].(type) {
-			case map[string]any:
-				errs = append(errs, v.validate(ap, ptr+"/additionalProperties", x[name], at+"."+name)...)
-			default:
-				fail("field %s is not documented", name)
-			}
-		}
-	case []any:
-		for i, e := range x {
-			errs = append(errs, v.validate(m["items"], ptr+"/items", e, fmt.Sprintf("%s[%d]", at, i))...)
-		}
-	}
-	return errs
-}
-
-// kindsOf names the JSON Schema types a decoded value is, the most specific first.
-func kindsOf(v any) []string {
-	switch x := v.(type) {
-	case nil:
-		return []string{"null"}
-	case bool:
-		return []string{"boolean"}
-	case string:
-		return []string{"string"}
-	case json.Number:
-		if regexp.MustCompile(`^-?[0-9]+$`).MatchString(x.String()) {
-			return []string{"integer", "number"}
-		}
-		return []string{"number"}
-	case map[string]any:
-		return []string{"object"}
-	case []any:
-		return []string{"array"}
-	}
-	return []string{fmt.Sprintf("%T", v)}
-}
-
-// ratOf reads a number from the spec (YAML) or a body (json.Number) exactly.
-func ratOf(v any) (*big.Rat, bool) {
-	switch v.(type) {
-	case int, int64, uint64, float64, json.Number:
-		return new(big.Rat).SetString(fmt.Sprint(v))
-	}
-	return nil, false
-}
-
-// canon is a value as enum comparison sees it: 1 and 1.0 are equal, "1" is not.
-func canon(v any) string {
-	if r, ok := ratOf(v); ok {
-		return r.RatString()
-	}
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return strconv.Quote(x)
-	}
-	return fmt.Sprint(v)
-}
-
-// ---- coverage ----------------------------------------------------------------------------
-
-// coverage records what the answers showed: statuses per operation ("POST /charge 201"),
-// headers per answer, problem types per answer, and fields per schema ("<pointer> <field>").
-type coverage struct {
-	mu                                  sync.Mutex
-	statuses, headers, problems, fields map[string]bool
-}
-
-func newCoverage() *coverage {
-	return &coverage{statuses: map[string]bool{}, headers: map[string]bool{}, problems: map[string]bool{}, fields: map[string]bool{}}
-}
-
-// add records one key of a kind: "status", "header", "problem type" or "field". A nil coverage
-// records nothing.
-func (c *coverage) add(kind, key string) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sets()[kind][key] = true
-}
-
-func (c *coverage) sets() map[string]map[string]bool {
-	return map[string]map[string]bool{"status": c.statuses, "header": c.headers, "problem type": c.problems, "field": c.fields}
-}
-
-// verify fails for every documented answer, header, problem type and response field that was
-// never produced and is not allowed to be missing.
-func (c *coverage) verify(t *testing.T, o *openAPI) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	want := map[string][]string{}
-	fields := map[string]bool{}
-	walked := map[string]bool{}
-	for _, op := range o.operations() {
-		rs, _ := o.responses(op)
-		for _, r := range rs {
-			want["status"] = append(want["status"], r.key)
-			hs, _, _ := o.headers(r)
-			for name := range hs {
-				want["header"] = append(want["header"], r.key+" "+name)
-			}
-			types, _ := r.resp["x-problem-types"].([]any)
-			for _, pt := range types {
-				want["problem type"] = append(want["problem type"], r.key+" "+pt.(string))
-			}
-			content, _ := r.resp["content"].(map[string]any)
-			for mt, media := range content {
-				mm, _ := media.(map[string]any)
-				o.fieldsOf(mm["schema"], r.ptr+"/content/"+escapePtr(mt)+"/schema", fields, walked)
-			}
-		}
-	}
-	for f := range fields {
-		want["field"] = append(want["field"], f)
-	}
-	seen := c.sets()
-	for _, kind := range sortedKeys(want) {
-		slices.Sort(want[kind])
-		for _, key := range slices.Compact(want[kind]) {
-			if seen[kind][key] {
-				continue
-			}
-			if kind == "status" && specNotProduced[key] != "" {
-				continue
-			}
-			if kind == "field" && specFieldsNotProduced[fieldName(key)] != "" {
-				continue
-			}
-			t.Errorf("documented %s never produced: %s", kind, fieldName(key))
-		}
-	}
-	for key := range specNotProduced {
-		if c.statuses[key] {
-			t.Errorf("%s is produced now: take it off specNotProduced", key)
-		}
-	}
-}
-
-// fieldsOf collects "<pointer> <field>" for every property of every object schema reachable
-// from node.
-func (o *openAPI) fieldsOf(node any, ptr string, out, walked map[string]bool) {
-	m, ptr, err := o.resolve(node, ptr)
-	if err != nil || walked[ptr] {
-		return
-	}
-	walked[ptr] = true
-	props, _ := m["properties"].(map[string]any)
-	for name, ps := range props {
-		out[ptr+" "+name] = true
-		o.fieldsOf(ps, ptr+"/properties/"+escapePtr(name), out, walked)
-	}
-	if items, ok := m["items"]; ok {
-		o.fieldsOf(items, ptr+"/items", out, walked)
-	}
-	if ap, ok := m["additionalProperties"].(map[string]any); ok {
-		o.fieldsOf(ap, ptr+"/additionalProperties", out, walked)
-	}
-}
-
-// fieldName shows "#/components/schemas/Charge stale" as "Charge.stale" (other keys as they are).
-func fieldName(key string) string {
-	ptr, field, ok := strings.Cut(key, " ")
-	rest, isSchema := strings.CutPrefix(ptr, "#/components/schemas/")
-	if !ok || !isSchema {
-		return key
-	}
-	rest = strings.ReplaceAll(rest, "/properties/", ".")
-	return rest + "." + field
 }
