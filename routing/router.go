@@ -47,6 +47,7 @@ type nopObserver struct{}
 func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
 func (nopObserver) HedgeDone(string)                                       {}
 func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
+func (nopObserver) TaskNotQueued(payrouter.TaskKind)                       {}
 
 // Config is what a Router needs.
 type Config struct {

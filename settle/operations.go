@@ -394,6 +394,7 @@ func (s *Settler) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSe
 		if maybeSent {
 			level = s.log.Error // the money may have moved and nothing will find out: ops must look
 		}
+		s.obs.TaskNotQueued(payrouter.TaskRefund)
 		level("refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "maybe_sent", maybeSent, "err", err)
 		return err
 	}
@@ -410,10 +411,7 @@ func (s *Settler) enqueueRefund(ctx context.Context, rf *payrouter.Refund, notBe
 		Kind: payrouter.TaskRefund, Gateway: rf.Gateway, ChargeID: rf.ChargeID, RefundID: rf.ID,
 		Amount: rf.Amount, Currency: rf.Currency, NotBefore: notBefore, CreatedAt: s.now().UTC(),
 	})
-	if err != nil {
-		s.log.WarnContext(ctx, "refund.not_queued", "refund_id", rf.ID, "charge_id", rf.ChargeID, "err", err)
-	}
-	return err
+	return err // the caller logs it, or returns it to be answered (and logged) as a refusal
 }
 
 // refundable reports whether a charge in that status has captured money that may be given back.

@@ -97,8 +97,9 @@ func (g *opGateway) Health(context.Context) error { return nil }
 
 // fallbackLog records what the Settler told its Observer.
 type fallbackLog struct {
-	mu   sync.Mutex
-	used []string // "<op>/<policy>"
+	mu        sync.Mutex
+	used      []string // "<op>/<policy>"
+	notQueued []payrouter.TaskKind
 }
 
 func (o *fallbackLog) FallbackUsed(op payrouter.Operation, p fallback.Policy) {
@@ -108,6 +109,17 @@ func (o *fallbackLog) FallbackUsed(op payrouter.Operation, p fallback.Policy) {
 }
 func (o *fallbackLog) HedgeDone(string)                                       {}
 func (o *fallbackLog) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
+func (o *fallbackLog) notQueuedKinds() []payrouter.TaskKind {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.notQueued)
+}
+
+func (o *fallbackLog) TaskNotQueued(kind payrouter.TaskKind) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.notQueued = append(o.notQueued, kind)
+}
 
 func (o *fallbackLog) Used() []string {
 	o.mu.Lock()
@@ -477,7 +489,24 @@ func TestRefundThatCannotBeQueued(t *testing.T) {
 			if got, err := f.store.Refund(t.Context(), "re_unqueued"); !errors.Is(err, payrouter.ErrNotFound) {
 				t.Errorf("stored refund %+v, %v; want none", got, err)
 			}
+			if got := f.obs.notQueuedKinds(); len(got) != 0 {
+				// Refused and answered: the caller is told, and its error logged once there.
+				t.Errorf("counted as tasks not queued: %v; the refusal is the caller's answer", got)
+			}
 		})
+	}
+}
+
+// A void or recheck that cannot be queued is counted, not only logged: an approval no charge
+// keeps may stay held at its gateway, and ops must be able to alert on it.
+func TestReleaseThatCannotBeQueuedIsCounted(t *testing.T) {
+	f := newOpsFixture(t)
+	f.settler.queue = brokenQueue{f.store}
+	c := f.charge(t, payrouter.StatusSucceeded)
+	f.settler.ReleaseLater(t.Context(), payrouter.TaskVoid, c, "paywell", payrouter.AttemptReference(c.ID, 2), "P-stray", time.Second)
+	f.settler.ReleaseLater(t.Context(), payrouter.TaskRecheck, c, "paywell", payrouter.AttemptReference(c.ID, 3), "", time.Second)
+	if got := f.obs.notQueuedKinds(); !slices.Equal(got, []payrouter.TaskKind{payrouter.TaskVoid, payrouter.TaskRecheck}) {
+		t.Errorf("tasks counted as not queued: %v, want [void recheck]", got)
 	}
 }
 

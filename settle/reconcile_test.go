@@ -20,6 +20,7 @@ type reconciledLog struct {
 
 func (o *reconciledLog) FallbackUsed(payrouter.Operation, fallback.Policy) {}
 func (o *reconciledLog) HedgeDone(string)                                  {}
+func (o *reconciledLog) TaskNotQueued(payrouter.TaskKind)                  {}
 func (o *reconciledLog) ChargeReconciled(s payrouter.ChargeStatus, took time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -34,6 +34,9 @@ type Observer interface {
 	FallbackUsed(op payrouter.Operation, policy fallback.Policy)
 	// ChargeReconciled: the reconciler found a processing charge final, took after its creation.
 	ChargeReconciled(status payrouter.ChargeStatus, took time.Duration)
+	// TaskNotQueued: a task of that kind could not be queued. For a void or a recheck, money may
+	// stay held at a gateway with nothing left to release it: ops must look (it is logged too).
+	TaskNotQueued(kind payrouter.TaskKind)
 }
 
 // nopObserver is the Observer when Config gives none.
@@ -41,6 +44,7 @@ type nopObserver struct{}
 
 func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
 func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
+func (nopObserver) TaskNotQueued(payrouter.TaskKind)                       {}
 
 // Config is what a Settler needs.
 type Config struct {

@@ -132,8 +132,8 @@ func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string)
 
 // ReleaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval
 // to void, TaskRecheck for an attempt found not processed that may yet be processed late. It
-// is started no sooner than after. A task that cannot be queued is logged loudly: ops must
-// look at that gateway's ledger.
+// is started no sooner than after. A task that cannot be queued is logged loudly and counted
+// (Observer.TaskNotQueued): ops must look at that gateway's ledger.
 func (s *Settler) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
 	now := s.now().UTC()
 	t := payrouter.Task{
@@ -141,12 +141,14 @@ func (s *Settler) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *
 		Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now,
 	}
 	if s.queue == nil {
+		s.obs.TaskNotQueued(kind)
 		s.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", "no queue configured")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if _, err := s.queue.Enqueue(ctx, t); err != nil {
+		s.obs.TaskNotQueued(kind)
 		s.log.ErrorContext(ctx, "task.not_queued", "task", kind, "charge_id", c.ID, "gateway", gateway, "reference", ref, "err", err)
 	}
 }

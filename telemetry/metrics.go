@@ -37,6 +37,7 @@ type Metrics struct {
 	hedges             *prometheus.CounterVec
 	queueDepth         *prometheus.GaugeVec
 	reconciled         *prometheus.HistogramVec
+	tasksNotQueued     *prometheus.CounterVec
 	httpDuration       *prometheus.HistogramVec
 	stateStoreUp       prometheus.Gauge
 	databaseUp         prometheus.Gauge
@@ -108,6 +109,10 @@ func NewMetrics() *Metrics {
 			Name: "payrouter_queue_depth",
 			Help: "Tasks waiting in the durable queue (queued refunds, voids, rechecks of late approvals), not acknowledged yet.",
 		}, []string{"queue"}),
+		tasksNotQueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrouter_tasks_not_queued_total",
+			Help: "Tasks of money work that could not be queued, by kind: refund (the refund was refused, nothing sent), void and recheck (an approval no charge keeps may stay held at its gateway: look at its ledger). Any increase needs ops.",
+		}, []string{"kind"}),
 		reconciled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_reconcile_duration_seconds",
 			Help:    "How long processing charges took to become final, from creation to the reconciler's answer, by final status.",
@@ -153,10 +158,14 @@ func NewMetrics() *Metrics {
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,
 		m.gatewayDuration, m.bulkheadInFlight, m.bulkheadCapacity, m.bulkheadRejections,
-		m.charges, m.fallbacks, m.hedges, m.queueDepth, m.reconciled, m.httpDuration,
+		m.charges, m.fallbacks, m.hedges, m.queueDepth, m.reconciled, m.tasksNotQueued, m.httpDuration,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	// Shown at 0 from the start, so that an alert's increase() sees the first one.
+	for _, kind := range []payrouter.TaskKind{payrouter.TaskRefund, payrouter.TaskVoid, payrouter.TaskRecheck} {
+		m.tasksNotQueued.WithLabelValues(string(kind))
+	}
 	return m
 }
 

@@ -29,6 +29,11 @@ func (o RouterObserver) FallbackUsed(op payrouter.Operation, p fallback.Policy) 
 // HedgeDone counts a hedge result (won_primary, won_hedge, voided).
 func (o RouterObserver) HedgeDone(result string) { o.m.hedges.WithLabelValues(result).Inc() }
 
+// TaskNotQueued counts a task of money work that could not be queued.
+func (o RouterObserver) TaskNotQueued(kind payrouter.TaskKind) {
+	o.m.tasksNotQueued.WithLabelValues(string(kind)).Inc()
+}
+
 // ChargeReconciled observes how long a processing charge took to become final.
 func (o RouterObserver) ChargeReconciled(status payrouter.ChargeStatus, took time.Duration) {
 	o.m.reconciled.WithLabelValues(string(status)).Observe(took.Seconds())
