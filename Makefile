@@ -31,20 +31,14 @@ test: ## go vet, the alert rules' promtool tests, the API spec's lint and genera
 	$(MAKE) fuzz-short
 	$(MAKE) contract
 
-# Every func FuzzX in a _test.go file, run alone (go test takes one -fuzz target at a time) for
-# FUZZTIME. A failing input is written to the package's testdata/fuzz/FuzzX/ by go test: commit
-# it, so that every later `go test` runs it as a seed.
+# Every func FuzzX in a _test.go file, run alone for FUZZTIME (scripts/fuzz-short.sh). A failing
+# input is written to the package's testdata/fuzz/FuzzX/ by go test: commit it, so that every
+# later `go test` runs it as a seed.
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short
 fuzz-short: ## run every fuzz target for FUZZTIME each (default 10s); failing inputs land in testdata/fuzz and are kept
-	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do \
-		dir=$$(dirname "$$file"); \
-		for target in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' "$$file" | sed 's/^func //'); do \
-			echo "fuzz $$dir $$target ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "./$$dir"; \
-		done; \
-	done
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz-short.sh
 
 .PHONY: alerts
 alerts: ## promtool check rules and the alert rules' unit tests (configs/prometheus)
