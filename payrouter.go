@@ -33,7 +33,7 @@ var Operations = []Operation{OpCharge, OpCapture, OpVoid, OpRefund, OpStatus}
 // Outcome in one function; the breaker, the failover rules and the API all read it.
 type Outcome string
 
-// The outcomes of an attempt (CONTRACT.md, attempt outcome).
+// The outcomes of an attempt (docs/api.md, POST /charge: attempt outcomes).
 const (
 	// OutcomeSucceeded: the gateway approved (or, for a status look-up, answered).
 	OutcomeSucceeded Outcome = "succeeded"

@@ -67,7 +67,7 @@ func TestBenchFastFail(t *testing.T) {
 	}
 }
 
-// checkUnavailable fails the test unless resp and body are CONTRACT.md's 503: problem
+// checkUnavailable fails the test unless resp and body are the API's 503 (docs/api.md): problem
 // gateways-unavailable with Retry-After, an X-Request-Id and every gateway of the route passed as
 // breaker_open. It returns the Retry-After value.
 func checkUnavailable(t *testing.T, resp *http.Response, body []byte) string {

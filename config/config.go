@@ -1,4 +1,4 @@
-// Package config is payrouter's configuration: the YAML schema of CONTRACT.md, its defaults,
+// Package config is payrouter's configuration: the YAML schema of docs/configuration.md, its defaults,
 // ${VAR} expansion, validation with one clear line per problem, and the capacity arithmetic that
 // `payrouter check` prints.
 package config

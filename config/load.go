@@ -16,7 +16,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
-// Defaults of CONTRACT.md, Configuration. A key the file leaves out takes its default; a key the
+// Defaults of docs/configuration.md. A key the file leaves out takes its default; a key the
 // file gives, even as 0, keeps the file's value, so "consecutive_failures: 0" can mean "off".
 const (
 	defaultListen           = "127.0.0.1:8080"
@@ -37,7 +37,7 @@ const (
 	defaultRouteName        = "default"
 )
 
-// Fallback choices (CONTRACT.md, Configuration, fallbacks).
+// Fallback choices (docs/configuration.md, fallbacks).
 const (
 	FallbackFail    = "fail"    // answer at once: for a charge, 503 with Retry-After
 	FallbackQueue   = "queue"   // keep the operation durably and send it later (refunds)

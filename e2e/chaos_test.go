@@ -61,8 +61,8 @@ const (
 	chaosRetryAfterCap = 500 * time.Millisecond
 	chaosPoll          = 300 * time.Millisecond
 
-	// chaosKeyFree is CONTRACT.md's bound on a key held by an instance that died or stalled: it
-	// is usable again within 10 s.
+	// chaosKeyFree bounds how long a key held by an instance that died or stalled stays unusable:
+	// docs/api.md (Idempotency) promises 5 s; the check allows twice that on a loaded machine.
 	chaosKeyFree = 10 * time.Second
 	// chaosSettle bounds how long, once every gateway is normal again, processing charges may
 	// take to become final and the refund queue to drain.
@@ -785,7 +785,7 @@ func (r *chaosRun) finalPass(t *testing.T) {
 		if i == 5 {
 			break
 		}
-		t.Errorf("a key still without a final answer (409, 503 or no connection) %v after the last fault ended, past CONTRACT.md's %v for a held key: %s",
+		t.Errorf("a key still without a final answer (409, 503 or no connection) %v after the last fault ended, past the API's %v for a held key: %s",
 			time.Since(r.tl.lastGlobalEnd()).Round(time.Second), chaosKeyFree, s)
 	}
 }

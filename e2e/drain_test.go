@@ -9,7 +9,7 @@ import (
 
 // TestGracefulDrain: a deploy sends SIGTERM. A charge already at a (slow but healthy) gateway
 // must still get its answer, not a reset connection the storefront would have to guess about,
-// and the process must then exit 0 (CONTRACT.md, Command line).
+// and the process must then exit 0 (docs/cli.md, payrouter serve).
 func TestGracefulDrain(t *testing.T) {
 	skipIfShort(t)
 	const (

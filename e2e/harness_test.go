@@ -403,8 +403,8 @@ type routeConfig struct {
 	Gateways   []string
 }
 
-// routerConfig is what a test chooses of payrouter's configuration (CONTRACT.md,
-// Configuration); the rest is written as the defaults or fixed below.
+// routerConfig is what a test chooses of payrouter's configuration (docs/configuration.md);
+// the rest is written as the defaults or fixed below.
 type routerConfig struct {
 	RequestTimeout time.Duration
 	// DatabaseURL is state.database_url: "" keeps the money state in memory; instances given

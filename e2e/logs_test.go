@@ -156,7 +156,7 @@ const (
 	auditDatabasePassword = "dbpass_LogAudit_5c2e9a7f1b"
 	auditURLUser          = "urluser_LogAudit_5e9a7c3b"
 	auditURLPassword      = "urlpass_LogAudit_2c8f4d6a"
-	// auditCardNumber looks like a card number (Luhn): CONTRACT.md says it is never logged.
+	// auditCardNumber looks like a card number (Luhn): docs/api.md says it is never logged.
 	auditCardNumber = "4242424242424242"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/payrouter/payrouter/resilience"
 )
 
-// breakerView is B of CONTRACT.md: one failure domain as the admin API shows it.
+// breakerView is a breaker of docs/api.md (GET /admin/breakers): one failure domain as the admin API shows it.
 type breakerView struct {
 	Name      string           `json:"name"`
 	Gateway   string           `json:"gateway"`

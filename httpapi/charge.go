@@ -20,7 +20,7 @@ import (
 	"github.com/payrouter/payrouter/routing"
 )
 
-// chargeView is the charge object of CONTRACT.md: what the storefront sees of a charge.
+// chargeView is the charge object of docs/api.md: what the storefront sees of a charge.
 type chargeView struct {
 	ID               string                 `json:"id"`
 	Status           payrouter.ChargeStatus `json:"status"`
@@ -358,7 +358,7 @@ func chargeOf(id, owner string, in chargeInput, hold payrouter.Hold) *payrouter.
 }
 
 // currentCharge renders the answer to a replayed charge from the charge as it stands now, so a
-// charge voided or refunded since its first answer shows so (CONTRACT.md, GET /charge).
+// charge voided or refunded since its first answer shows so (docs/api.md, GET /charge/{id}).
 func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Context) (answer, bool, error) {
 	return func(ctx context.Context) (answer, bool, error) {
 		ch, err := s.Store.Charge(ctx, id)

@@ -125,7 +125,7 @@ type paymentMethod struct {
 	Token string `json:"token"`
 }
 
-// Limits of a charge body (CONTRACT.md, POST /charge).
+// Limits of a charge body (docs/api.md, POST /charge).
 const (
 	maxAmount        = 1_000_000_000_000
 	maxDescription   = 500

@@ -19,7 +19,7 @@ import (
 
 // The operations on an answered charge (capture, void, refund) and the refund look-up.
 
-// refundView is the refund object of CONTRACT.md.
+// refundView is the refund object of docs/api.md.
 type refundView struct {
 	ID       string                 `json:"id"`
 	ChargeID string                 `json:"charge_id"`

@@ -30,7 +30,7 @@ import (
 const MaxBodyBytes = 64 << 10
 
 // DefaultHold is Deps.Hold's default: a key held by a dead or stalled instance is free again
-// within 5 s (CONTRACT.md asks for 10 s), and three renewals fit in it.
+// within 5 s (docs/api.md, Idempotency), and three renewals fit in it.
 const DefaultHold = 5 * time.Second
 
 // Deps is everything the servers need.

@@ -139,7 +139,7 @@ func (s *Store) holds(h payrouter.Hold, now time.Time) bool {
 // now. The record is stored even when the hold ran out while nobody took the key, because once a
 // gateway was asked the answer is what keeps a retry from charging again; payrouter.ErrHoldLost
 // when a later claim took it. A record already completed is kept: the first complete answer is
-// the one replayed (CONTRACT.md, Idempotency).
+// the one replayed (docs/api.md, Idempotency).
 func (s *Store) Complete(ctx context.Context, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
 	if err := s.usable(ctx); err != nil {
 		return err

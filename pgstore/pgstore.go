@@ -54,7 +54,7 @@ import (
 // Defaults of Options.
 const (
 	// DefaultTimeout bounds every store call: a database that does not answer is an error well
-	// within the second a money request may spend on it (CONTRACT.md, Where state lives).
+	// within the second a money request may spend on it (README, "Where state lives").
 	DefaultTimeout = 800 * time.Millisecond
 	// DefaultChargeRetention is how long a final charge (and a final refund) is kept after it was
 	// last written: thirteen months, past the card networks' usual dispute windows and a fiscal

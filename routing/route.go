@@ -1,6 +1,6 @@
 // Package routing picks the candidate gateways for a charge and runs its attempts through the
 // resilience guards, over the table (routes, adapters, domains) the charge started with: ordered
-// failover under the safety rules of CONTRACT.md, hedging, and the resolution of unknown outcomes
+// failover under the safety rules of docs/api.md (POST /charge), hedging, and the resolution of unknown outcomes
 // by a status look-up at the gateway that may have charged. Everything after a charge's first
 // answer (capture, void, refunds, look-ups, reconciliation, stray release, the durable tasks)
 // is package settle's, reached through Router.Settler.

@@ -560,7 +560,7 @@ func checkDashboard(data []byte, exported map[string][]string) []string {
 }
 
 // checkStateColours checks the value mappings of a breaker state timeline against
-// circuit_breaker_state's values (CONTRACT.md): 0 closed green, 1 open red, 2 half_open yellow.
+// circuit_breaker_state's values (docs/metrics.md): 0 closed green, 1 open red, 2 half_open yellow.
 func checkStateColours(where string, p panel) []string {
 	want := map[string][2]string{"0": {"closed", "green"}, "1": {"open", "red"}, "2": {"half_open", "yellow"}}
 	var problems []string
