@@ -14,10 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -37,8 +37,7 @@ import (
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/internal/testpki"
 	"github.com/payrouter/payrouter/memstore"
-	"github.com/payrouter/payrouter/resilience"
-	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/service"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -365,6 +364,7 @@ func TestOpenAPI(t *testing.T) {
 		st.reloader.set(same, errors.New("the router refused the routes"))
 		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 500)
 		st.reloader.set(same, nil)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200) // back to the stack's own settings
 		// The status page and its script need no token, even with the admin API disabled.
 		for _, path := range []string{"/admin/", "/admin/statuspage.js"} {
 			for _, srv := range []*specServer{st.admin, st.adminOff} {
@@ -605,40 +605,36 @@ type specStack struct {
 	apiLimited, adminLimited *specServer
 }
 
-// specReloader answers POST /admin/reload as payrouter's does (cmd/payrouter, whose reload the
-// e2e test TestReloadUnderLoad drives), over the stack's configuration, without applying it: the
-// answers are what is under test here. file is what the configuration file holds now.
+// specReloader is the service's own POST /admin/reload over the file at path, which set
+// rewrites; broken makes the next reloads fail after they started, as none can otherwise.
 type specReloader struct {
-	mu      sync.Mutex
-	running *config.Config
-	file    string
-	broken  error // set: the reload fails after it started
+	svc    *service.Service
+	path   string
+	mu     sync.Mutex
+	file   string
+	broken error
 }
 
 func (r *specReloader) set(file string, broken error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.file, r.broken = file, broken
+	if err := os.WriteFile(r.path, []byte(file), 0o600); err != nil {
+		panic(err)
+	}
 }
 
-func (r *specReloader) Reload(context.Context) (config.Changes, error) {
+func (r *specReloader) Reload(ctx context.Context) (config.Changes, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.broken != nil {
-		return config.Changes{}, r.broken
+	broken := r.broken
+	r.mu.Unlock()
+	if broken != nil {
+		return config.Changes{}, broken
 	}
-	next, err := config.Parse([]byte(r.file), nil, gateways.Kinds())
-	if err != nil {
-		return config.Changes{}, fmt.Errorf("%w: %w", httpapi.ErrConfigRefused, err)
-	}
-	ch := config.Diff(r.running, next)
-	for _, name := range ch.Gateways.Changed {
-		ch.Renewed[name] = []string{"breakers"}
-	}
-	return ch, nil
+	return r.svc.Reload(ctx)
 }
 
-func (r *specReloader) Summary() []config.GatewaySummary { return r.running.Summary() }
+func (r *specReloader) Summary() []config.GatewaySummary { return r.svc.Summary() }
 
 type specServer struct {
 	ts    *httptest.Server
@@ -713,47 +709,14 @@ fallbacks:
   charge: fail
   refund: %s
   status: %s
+# Off: the limits have instances of their own below, built on one stack's parts.
+limits: {requests_per_second: 0, key_share: 1, auth_failures_per_minute: 0}
 `, urls["paywell"], urls["ding"], ca.CertFile, refundFallback, statusFallback)
-	cfg, err := config.Parse([]byte(cfgText), nil, gateways.Kinds())
-	if err != nil {
-		t.Fatalf("configuration: %v", err)
-	}
-
-	metrics := telemetry.NewMetrics()
-	log := slog.New(slog.DiscardHandler)
-	settings := gatewaySettings(cfg)
-	cooldowns := map[string]time.Duration{}
-	for _, name := range cfg.GatewayNames {
-		cooldowns[name] = cfg.Gateways[name].Breaker.Cooldown
-		metrics.InitBulkhead(name, cfg.Gateways[name].MaxConcurrent)
-	}
-	domains := resilience.NewDomains(settings, telemetry.NewObserver(metrics, log, cooldowns))
-	t.Cleanup(domains.Close)
-	adapters := map[string]payrouter.Gateway{}
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, domains.Client(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		adapters[name] = gw
-	}
 	st.store = &flakyStore{Store: memstore.New(), refunds: map[string][]string{}}
-	router, err := routing.New(routing.Config{
-		Routes: routesOf(cfg), Gateways: adapters, Domains: domains, Charges: st.store,
-		Budget: cfg.RequestTimeout, Log: log,
-		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
-		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.reloader = &specReloader{running: cfg, file: cfgText}
-	deps := httpapi.Deps{
-		Credentials: httpapi.NewAuthCredentials(cfg.Auth), Router: router, Store: st.store, Forced: st.store,
-		Domains: domains, Metrics: metrics, Gateways: cfg.Summary(), Reloader: st.reloader,
-		IdempotencyTTL: cfg.Idempotency.TTL, Log: log,
-	}
+	svc, path := newSpecService(t, cfgText, st.store)
+	st.reloader = &specReloader{svc: svc, path: path, file: cfgText}
+	deps := svc.Deps()
+	deps.Reloader = st.reloader
 	serve := func(h http.Handler, url, token string) *specServer {
 		ts := httptest.NewServer(h)
 		t.Cleanup(ts.Close)
@@ -762,73 +725,42 @@ fallbacks:
 	st.api = serve(httpapi.NewServer(deps), storefrontURL, "Bearer key-spec")
 	st.admin = serve(httpapi.NewAdminServer(deps), adminURL, "Bearer admin-spec")
 	off := deps
-	off.Credentials = httpapi.NewAuthCredentials(config.Auth{APIKeys: cfg.Auth.APIKeys})
+	off.Credentials = httpapi.NewAuthCredentials(config.Auth{APIKeys: svc.Config().Auth.APIKeys})
 	st.adminOff = serve(httpapi.NewAdminServer(off), adminURL, "")
 	limited := deps
-	limited.Limits = httpapi.NewLimits(config.Limits{RequestsPerSecond: 0.001, Burst: 1, KeyShare: 1, AuthFailuresPerMinute: 1}, cfg.Auth.APIKeys)
+	limited.Limits = httpapi.NewLimits(config.Limits{RequestsPerSecond: 0.001, Burst: 1, KeyShare: 1, AuthFailuresPerMinute: 1}, svc.Config().Auth.APIKeys)
 	st.apiLimited = serve(httpapi.NewServer(limited), storefrontURL, "Bearer key-spec")
 	st.adminLimited = serve(httpapi.NewAdminServer(limited), adminURL, "Bearer admin-spec")
 
-	// Another instance, sharing breakers through a state store that does not answer.
-	fleetDomains := resilience.NewDomains(settings, nil)
-	t.Cleanup(fleetDomains.Close)
-	fleet := resilience.NewFleet(fleetDomains, unreachableFleet{}, resilience.FleetOptions{Timeout: 50 * time.Millisecond, Log: log})
-	ctx, cancel := context.WithCancel(context.Background())
-	var running sync.WaitGroup
-	running.Go(func() { fleet.Run(ctx) })
-	t.Cleanup(func() { cancel(); running.Wait() })
-	shared := deps
-	shared.Domains, shared.Fleet = fleetDomains, fleet
-	st.adminFleet = serve(httpapi.NewAdminServer(shared), adminURL, "Bearer admin-spec")
+	// Another instance, sharing breakers through a Redis that does not answer (a closed port).
+	fleetText := cfgText + "state:\n  redis_url: redis://127.0.0.1:1\n  redis_timeout: 50ms\n  database_url: postgres://127.0.0.1:1/unused\n"
+	fleetSvc, _ := newSpecService(t, fleetText, &flakyStore{Store: memstore.New(), refunds: map[string][]string{}})
+	st.adminFleet = serve(httpapi.NewAdminServer(fleetSvc.Deps()), adminURL, "Bearer admin-spec")
 	return st
 }
 
-// gatewaySettings turns the configured gateways into resilience's, as serve does.
-func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
-	var out []resilience.GatewaySettings
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		timeouts := map[payrouter.Operation]time.Duration{}
-		for _, op := range payrouter.Operations {
-			timeouts[op] = g.TimeoutFor(string(op))
-		}
-		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
-		if err != nil {
-			panic(err) // config.Parse read the same files a moment ago
-		}
-		out = append(out, resilience.GatewaySettings{
-			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
-			Name: name, Timeout: g.Timeout, Timeouts: timeouts, MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
-			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
-			Breaker: resilience.BreakerSettings{
-				ConsecutiveFailures: g.Breaker.ConsecutiveFailures, FailuresInWindow: g.Breaker.FailuresInWindow,
-				FailureRate: g.Breaker.FailureRate, MinRequests: g.Breaker.MinRequests, Window: g.Breaker.Window,
-				Cooldown: g.Breaker.Cooldown, HalfOpenRequests: g.Breaker.HalfOpenRequests,
-				OutOfBand: g.Breaker.Probe == config.ProbeOutOfBand,
-			},
-		})
+// newSpecService builds a payrouter from a configuration's text, as `payrouter serve` does
+// (package service), on store instead of the one the text names: the file is written where a
+// reload reads it. Nothing runs in the background: the answers are what is under test.
+func newSpecService(t *testing.T, text string, store payrouter.Store) (*service.Service, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "payrouter.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	return out
-}
-
-// routesOf turns the configured routes into routing's, as serve does.
-func routesOf(cfg *config.Config) []routing.Route {
-	var out []routing.Route
-	for _, r := range cfg.Routes {
-		rt := routing.Route{
-			Name: r.Name, Gateways: r.Gateways, Strategy: routing.Strategy(r.Strategy),
-			Match: routing.Match{Currency: r.Match.Currency, Country: r.Match.Country, MinAmount: r.Match.MinAmount, MaxAmount: r.Match.MaxAmount},
-		}
-		for _, g := range r.SplitOrder {
-			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
-		}
-		if r.Hedge != nil {
-			after, p95 := r.Hedge.Delay()
-			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
-		}
-		out = append(out, rt)
+	cfg, err := config.Load(path, os.Getenv, gateways.Kinds())
+	if err != nil {
+		t.Fatalf("configuration: %v", err)
 	}
-	return out
+	if err := service.Validate(t.Context(), cfg, os.Getenv); err != nil {
+		t.Fatalf("configuration: %v", err)
+	}
+	svc, err := service.New(t.Context(), cfg, service.Options{Path: path, Getenv: os.Getenv, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc, path
 }
 
 // specCall is one request. auth "" sends the listener's credential, "none" no Authorization.

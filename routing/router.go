@@ -396,3 +396,9 @@ func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payro
 // Settler returns what settles the router's charges after their first answer (capture, void,
 // refunds, look-ups, reconciliation, the durable tasks), on the configuration Update last gave.
 func (r *Router) Settler() *settle.Settler { return r.settler }
+
+// Wait returns once every attempt left running when its charge answered (a hedge's flights) has
+// ended and been dealt with: a late approval voided, or its void queued. Call it after the last
+// charge has answered and before the stores close; a service that stops without it could leave
+// an approval held on a card with nothing queued to release it.
+func (r *Router) Wait() { r.late.Wait() }

@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The same timeouts as payrouter's listeners (cmd/payrouter newHTTPServer): they cost a timer
+	// The same timeouts as payrouter's listeners (service.newHTTPServer): they cost a timer
 	// per connection and read, which the comparison should not count against payrouter.
 	srv := &http.Server{
 		Handler:           e,

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -14,32 +14,31 @@ import (
 	"github.com/payrouter/payrouter/telemetry"
 )
 
-// validateStart is every refusal serve (and probe) can make of a configuration and its
+// Validate is every refusal New can make of a configuration and its
 // environment before it opens a store, binds a port or calls a gateway, beyond what config.Load
 // refuses: the tracing settings, each gateway's TLS files and its adapter's own requirements (a
 // credentials.api_key that expanded to nothing), and the state URLs as their clients parse them.
 // `payrouter check` runs exactly this after config.Load, so a configuration check passes is one
 // serve starts on, short of what only the network can say (a database that does not answer, a
 // port in use). It dials nothing.
-func validateStart(ctx context.Context, path string, cfg *config.Config, getenv func(string) string) error {
-	refuse := func(err error) error { return &exitError{code: 2, err: fmt.Errorf("%s: %w", path, err)} }
+func Validate(ctx context.Context, cfg *config.Config, getenv func(string) string) error {
 	if err := telemetry.CheckTracing(ctx, getenv, telemetry.BuildVersion()); err != nil {
-		return refuse(err)
+		return refused(err)
 	}
 	if _, err := gatewaySettings(cfg); err != nil {
-		return refuse(err)
+		return refused(err)
 	}
 	if err := dryRunAdapters(cfg); err != nil {
-		return refuse(err)
+		return refused(err)
 	}
 	if url := cfg.State.DatabaseURL; url != "" {
 		if err := pgstore.CheckURL(url); err != nil {
-			return refuse(fmt.Errorf("state.database_url: %w", err))
+			return refused(fmt.Errorf("state.database_url: %w", err))
 		}
 	}
 	if url := cfg.State.RedisURL; url != "" {
 		if err := redisstore.CheckURL(url); err != nil {
-			return refuse(err)
+			return refused(err)
 		}
 	}
 	return nil

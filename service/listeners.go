@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"fmt"
@@ -34,22 +34,22 @@ func listenerSettingsOf(cfg *config.Config) []listenerSettings {
 // openListeners binds one listener per server, in listenerSettingsOf's order, and prepares each
 // server for its listener (TLS, connection cap, idle timeout, the framing guard). On an error
 // the listeners bound so far are closed.
-func (a *app) openListeners(cfg *config.Config, servers []*http.Server) ([]*listener.Listener, error) {
+func (s *Service) openListeners(cfg *config.Config, servers []*http.Server) ([]*listener.Listener, error) {
 	settings := listenerSettingsOf(cfg)
 	out := make([]*listener.Listener, 0, len(servers))
 	for i, srv := range servers {
-		s := settings[i]
-		l, err := listener.Listen("tcp", s.addr, listener.Options{
-			Name: s.name, TLS: s.tls.ServerConfig(), MaxConnections: s.maxConns,
-			HandshakeTimeout: handshakeTimeout, Refuse: httpapi.RefuseFraming, Log: a.log,
+		ls := settings[i]
+		l, err := listener.Listen("tcp", ls.addr, listener.Options{
+			Name: ls.name, TLS: ls.tls.ServerConfig(), MaxConnections: ls.maxConns,
+			HandshakeTimeout: handshakeTimeout, Refuse: httpapi.RefuseFraming, Log: s.log,
 		})
 		if err != nil {
 			for _, l := range out {
 				l.Close()
 			}
-			return nil, fmt.Errorf("listening on %s: %w", s.addr, err)
+			return nil, fmt.Errorf("listening on %s: %w", ls.addr, err)
 		}
-		srv.IdleTimeout = s.idle
+		srv.IdleTimeout = ls.idle
 		l.Attach(srv)
 		out = append(out, l)
 	}
@@ -59,17 +59,17 @@ func (a *app) openListeners(cfg *config.Config, servers []*http.Server) ([]*list
 // reloadCertificates hands the listeners serving TLS the certificates next's files held when it
 // loaded, for the handshakes from now on, and returns the names of those listeners. A listener
 // that started without TLS stays without it (config.Reloadable keeps that for a restart).
-func (a *app) reloadCertificates(next *config.Config) []string {
+func (s *Service) reloadCertificates(next *config.Config) []string {
 	var renewed []string
-	for i, s := range listenerSettingsOf(next) {
-		if i >= len(a.listeners) || !a.listeners[i].TLS() || s.tls.ServerConfig() == nil {
+	for i, ls := range listenerSettingsOf(next) {
+		if i >= len(s.listeners) || !s.listeners[i].TLS() || ls.tls.ServerConfig() == nil {
 			continue
 		}
-		if err := a.listeners[i].SetTLS(s.tls.ServerConfig()); err != nil {
-			a.log.Error("tls.reload_failed", "listener", s.name, "err", err.Error())
+		if err := s.listeners[i].SetTLS(ls.tls.ServerConfig()); err != nil {
+			s.log.Error("tls.reload_failed", "listener", ls.name, "err", err.Error())
 			continue
 		}
-		renewed = append(renewed, s.name)
+		renewed = append(renewed, ls.name)
 	}
 	return renewed
 }

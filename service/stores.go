@@ -1,0 +1,118 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/pgstore"
+	"github.com/payrouter/payrouter/redisstore"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/statestore"
+)
+
+// openStores opens the two state stores the configuration names (DESIGN.md, State stores): the
+// money state in memory or in PostgreSQL, never forked; and, for a fleet, the coordination state
+// in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
+// breakers. Probe moves no money: it opens no database. given, when set, is the money state
+// instead (Options.Store); the caller closes it.
+func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
+	var bounds []memstore.Option
+	if s.cfg.State.DatabaseURL == "" { // the money state is in memory: bound it (docs/limits.md)
+		bounds = append(bounds, memstore.WithBounds(s.cfg.State.Retention, s.cfg.State.MaxCharges))
+	}
+	mem := memstore.New(bounds...)
+	s.closers = append(s.closers, s.closing("state.memory", mem.Close))
+	s.store, s.forced = mem, mem
+	if len(bounds) > 0 {
+		s.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
+	}
+	if given != nil {
+		s.store = given
+		if f, ok := given.(payrouter.BreakerStateStore); ok {
+			s.forced = f // the forced states beside the money, as memstore keeps them
+		}
+	} else if url := s.cfg.State.DatabaseURL; url != "" && s.role == Serve {
+		pg, err := pgstore.Open(ctx, url, pgstore.Options{
+			Timeout: s.cfg.State.DatabaseTimeout, Log: s.log, NoMigrate: !s.cfg.State.DatabaseMigrate,
+			Retention: pgstore.Retention{Charges: s.cfg.State.Retention},
+		})
+		if err != nil {
+			return fmt.Errorf("state.database_url: %w", err)
+		}
+		s.closers = append(s.closers, s.closing("state.database_url", pg.Close))
+		s.store = pg
+	}
+	if s.cfg.State.RedisURL == "" {
+		return nil
+	}
+	rs, err := redisstore.Open(s.cfg.State.RedisURL, redisstore.Options{Timeout: s.cfg.State.RedisTimeout, Log: s.log})
+	if err != nil {
+		return refused(err)
+	}
+	s.closers = append(s.closers, s.closing("state.redis_url", rs.Close))
+	s.shared = statestore.New(rs, statestore.Options{
+		Unavailable: redisstore.IsUnavailable,
+		Log:         s.log,
+		OnChange: func(up bool) {
+			s.metrics.StateStoreUp(up)
+			if up {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.State.RedisTimeout)
+				defer cancel()
+				if err := s.fleet.Resync(ctx); err != nil {
+					s.log.Warn("fleet.resync_failed", "err", err.Error())
+				}
+			}
+		},
+	})
+	s.forced = s.shared
+	s.fleet = resilience.NewFleet(s.domains, s.shared, resilience.FleetOptions{
+		Origin: s.origin, Timeout: s.cfg.State.RedisTimeout, Up: s.shared.Up, Log: s.log,
+		Failed: s.metrics.CoordinationFailed,
+	})
+	// An instance started while a breaker is open comes back open; with Redis away it starts on
+	// local breakers, and /readyz says so.
+	if err := s.fleet.Sync(ctx); err != nil {
+		s.log.Warn("fleet.sync_failed", "err", err.Error(), "then", "serving on local breakers until the state store answers")
+	}
+	return nil
+}
+
+// watchDatabase pings the money store every second until ctx ends, and on every change says so:
+// payrouter_database_up, and database.down (with the error) or database.up (with the outage's
+// length). While it is down every money request answers 503 state-unavailable by itself (the
+// store's own errors); this is what ops see of it.
+func (s *Service) watchDatabase(ctx context.Context) {
+	if s.cfg.State.DatabaseURL == "" {
+		return
+	}
+	up, since := true, time.Now()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.State.DatabaseTimeout)
+		err := s.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil && up:
+			up, since = false, time.Now()
+			s.metrics.DatabaseUp(false)
+			s.log.Error("database.down", "err", err.Error(),
+				"then", "charges, captures, voids, refunds and look-ups answer 503 state-unavailable; no gateway is called")
+		case err == nil && !up:
+			up = true
+			s.metrics.DatabaseUp(true)
+			s.log.Info("database.up", "down_for_ms", time.Since(since).Milliseconds())
+		}
+	}
+}
