@@ -743,7 +743,7 @@ fallbacks:
 		Routes: routesOf(cfg), Gateways: adapters, Domains: domains, Charges: st.store,
 		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
-		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
+		Fallbacks: cfg.Fallbacks,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -139,11 +139,11 @@ type opsFixture struct {
 type opsOption func(*Config, *resilience.GatewaySettings)
 
 func withRefundFallback(p fallback.Policy) opsOption {
-	return func(c *Config, _ *resilience.GatewaySettings) { c.RefundFallback = p }
+	return func(c *Config, _ *resilience.GatewaySettings) { c.Fallbacks.Refund = p }
 }
 
 func withStatusFallback(p fallback.Policy) opsOption {
-	return func(c *Config, _ *resilience.GatewaySettings) { c.StatusFallback = p }
+	return func(c *Config, _ *resilience.GatewaySettings) { c.Fallbacks.Status = p }
 }
 
 func tripAfter(n int) opsOption {

@@ -296,7 +296,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
-		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
+		Fallbacks: cfg.Fallbacks,
 	})
 	if err != nil {
 		a.close()
@@ -423,7 +423,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	a.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := a.wireGateways(next, running)
 	if err == nil {
-		err = a.router.Update(routesOf(next), a.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
+		err = a.router.Update(routesOf(next), a.adapters, next.Fallbacks)
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the
