@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
@@ -243,9 +244,7 @@ type Hedge struct {
 	Budget float64 `yaml:"budget"`
 }
 
-// Fallbacks chooses what each operation does when no gateway can take it.
-type Fallbacks struct {
-	Charge string `yaml:"charge"` // fail (default)
-	Refund string `yaml:"refund"` // queue (default) | fail
-	Status string `yaml:"status"` // degrade (default) | fail
-}
+// Fallbacks chooses what each operation does when no gateway can take it: fallback.Settings,
+// whose package says what each policy does (charge: fail; refund: queue | fail; status:
+// degrade | fail).
+type Fallbacks = fallback.Settings

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
@@ -37,11 +38,11 @@ const (
 	defaultRouteName        = "default"
 )
 
-// Fallback choices (docs/configuration.md, fallbacks).
+// Fallback choices (docs/configuration.md, fallbacks): package fallback's policies.
 const (
-	FallbackFail    = "fail"    // answer at once: for a charge, 503 with Retry-After
-	FallbackQueue   = "queue"   // keep the operation durably and send it later (refunds)
-	FallbackDegrade = "degrade" // answer the last known status, marked stale
+	FallbackFail    = fallback.Fail    // answer at once: 503 with Retry-After
+	FallbackQueue   = fallback.Queue   // keep the operation durably and send it later (refunds)
+	FallbackDegrade = fallback.Degrade // answer the last known status, marked stale
 )
 
 // HedgeP95 is the hedge.after value that hedges at the gateway's observed 95th percentile
@@ -223,9 +224,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 		}
 	}
 
-	defString(&c.Fallbacks.Charge, FallbackFail)
-	defString(&c.Fallbacks.Refund, FallbackQueue)
-	defString(&c.Fallbacks.Status, FallbackDegrade)
+	c.Fallbacks = c.Fallbacks.WithDefaults()
 	applyLimitDefaults(c, present)
 }
 

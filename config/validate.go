@@ -348,16 +348,11 @@ func (v *validator) match(p string, m Match) {
 	}
 }
 
+// fallbacks reports each policy its operation does not allow (fallback.Settings.Invalid).
 func (v *validator) fallbacks() {
-	f := v.c.Fallbacks
-	if f.Charge != FallbackFail {
-		v.addf("fallbacks.charge", "must be %s, got %s", FallbackFail, v.show("fallbacks.charge", f.Charge))
-	}
-	if f.Refund != FallbackQueue && f.Refund != FallbackFail {
-		v.addf("fallbacks.refund", "must be %s or %s, got %s", FallbackQueue, FallbackFail, v.show("fallbacks.refund", f.Refund))
-	}
-	if f.Status != FallbackDegrade && f.Status != FallbackFail {
-		v.addf("fallbacks.status", "must be %s or %s, got %s", FallbackDegrade, FallbackFail, v.show("fallbacks.status", f.Status))
+	for _, bad := range v.c.Fallbacks.Invalid() {
+		path := "fallbacks." + bad.Key
+		v.addf(path, "must be %s, got %s", bad.Want(), v.show(path, string(bad.Got)))
 	}
 }
 

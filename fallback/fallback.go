@@ -1,5 +1,37 @@
-// Package fallback decides what an operation answers when no gateway can take it: fail honestly
-// (503 with Retry-After), degrade to what is known, or queue for later.
+// Package fallback decides what an operation answers when no gateway can take it (its breaker
+// open, its bulkhead full, the gateway unavailable, or its answer lost), and drains what it
+// queued. Settings is the `fallbacks:` section of the configuration (docs/configuration.md);
+// Fallbacks has one method per operation, the only code that reads a policy. Fail is an
+// *Unavailable, which the API answers as 503 gateways-unavailable with Retry-After (the
+// earliest reopening of a breaker that refused the call, else 1s), the attempts and open_until.
+//
+//	operation  policy     when no gateway can take it, the caller gets
+//	---------  ---------  -------------------------------------------------------------------
+//	charge     fail       503 (Fallbacks.Charge). Never queued, never degraded: the caller must
+//	           (only)     know at once that no money moved. The charge is stored, failed, only
+//	                      when a gateway was called; a charge every breaker refuses writes
+//	                      nothing (routing's FastFail).
+//	capture    fail       503 (Fallbacks.Capture), with the capture breaker's open_until; also
+//	           (only)     when its answer was lost and a look-up cannot tell. Sending it again
+//	                      is safe: its reference makes a repeat a no-op.
+//	void       fail       503 (Fallbacks.Void), as capture.
+//	           (only)
+//	refund     queue      202, the refund queued (Fallbacks.Refund): stored queued, with a task
+//	           (default)  in the store's queue that a Worker drains, sending it again with the
+//	                      same reference until the gateway answers. Should the queue refuse
+//	                      it: the refund is failed (nothing moved) and the answer is 503.
+//	           fail       503; the refund is failed, never sent again.
+//	           either     A refund the gateway may have applied (timeout, unknown, pending) is
+//	                      queued, 202, whatever the policy. Should the queue refuse it, it stays
+//	                      pending (the task queued before it was first sent finishes it) and
+//	                      the answer is the store's error, never a 503 that says nothing moved.
+//	status     degrade    GET /charge/{id} of a processing charge whose gateway cannot be
+//	           (default)  asked: the stored charge, "stale": true (Fallbacks.Status).
+//	           fail       503.
+//
+// Each use of a fallback is counted (payrouter_fallbacks_total), a charge's by the API that
+// answers it. Worker drains the queue: the refunds queued here and the voids and rechecks
+// package settle queues; a task that cannot be done now (ErrLater) stays for later.
 package fallback
 
 import (

@@ -63,12 +63,9 @@ type Config struct {
 	// approvals no charge keeps, rechecks of attempts that may be approved late.
 	Refunds payrouter.RefundStore
 	Queue   payrouter.Queue
-	// RefundFallback is fallbacks.refund: fallback.Queue (202 queued) or fallback.Fail (503).
-	// "": Queue.
-	RefundFallback fallback.Policy
-	// StatusFallback is fallbacks.status: fallback.Degrade (the last known status, stale) or
-	// fallback.Fail. "": Degrade.
-	StatusFallback fallback.Policy
+	// Fallbacks are the policies of `fallbacks:` (fallback.Settings; the zero value is every
+	// default): what a charge, and what follows it, answers when no gateway can take it.
+	Fallbacks fallback.Settings
 	// Observer is told about fallbacks, hedges and reconciled charges; nil: nobody.
 	Observer Observer
 }
@@ -90,12 +87,18 @@ func New(cfg Config) (*Router, error) {
 		r.obs = nopObserver{}
 	}
 	tab := newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current())
+	tab.fallbacks = r.fallbacks(cfg.Fallbacks)
 	r.tab.Store(tab)
 	r.settler = settle.New(settle.Config{
 		Gateways: tab.gw, Charges: cfg.Charges, Refunds: cfg.Refunds, Queue: cfg.Queue, Budget: cfg.Budget, Log: log,
-		RefundFallback: cfg.RefundFallback, StatusFallback: cfg.StatusFallback, Observer: r.obs,
+		Fallbacks: cfg.Fallbacks, Observer: r.obs,
 	})
 	return r, nil
+}
+
+// fallbacks decides, under the policies of settings, what a charge no gateway took answers.
+func (r *Router) fallbacks(settings fallback.Settings) fallback.Fallbacks {
+	return fallback.Fallbacks{Settings: settings.WithDefaults(), Now: func() time.Time { return r.now() }}
 }
 
 // table is what a reload changes in a Router: the routes, the adapters (of retired gateways
@@ -107,6 +110,9 @@ type table struct {
 	routes []Route
 	// gw is the adapters and the failure domains every gateway call of a charge goes through.
 	gw *settle.Gateways
+	// fallbacks answers a charge no gateway took. Its use is counted by the API, which answers
+	// it (fallback.Fallbacks.Charge).
+	fallbacks fallback.Fallbacks
 	// stats is what recent charge attempts tell of each gateway; hedgeBudgets the hedge token
 	// bucket of each hedged route, by name. hedge.go, strategy.go.
 	stats        map[string]*gatewayStats
@@ -134,14 +140,15 @@ func checkRoutes(routes []Route, gateways map[string]payrouter.Gateway, set *res
 // follow-ups (capture, refunds, queued tasks: the Settler, given the same gateways and the
 // fallbacks right after the router's table) reach their gateway while its adapter is in
 // gateways.
-func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, refund, status fallback.Policy) error {
+func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, fallbacks fallback.Settings) error {
 	set := r.domains.Current()
 	if err := checkRoutes(routes, gateways, set); err != nil {
 		return err
 	}
 	tab := newTable(r.table(), routes, gateways, set)
+	tab.fallbacks = r.fallbacks(fallbacks)
 	r.tab.Store(tab)
-	r.settler.Update(tab.gw, refund, status)
+	r.settler.Update(tab.gw, fallbacks)
 	return nil
 }
 
@@ -202,11 +209,11 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 		c.UpdatedAt = r.now().UTC()
 	}
 	if unavailable {
-		u := fallback.NewUnavailable(payrouter.OpCharge, "", c.Attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now())
+		m := fallback.Missed{Attempts: c.Attempts, OpenUntil: tab.gw.OpenUntil(payrouter.OpCharge)}
 		if run.stored {
-			u.ChargeID = c.ID
+			m.ChargeID = c.ID // its final state is stored (FinalState)
 		}
-		return c, u
+		return c, tab.fallbacks.Charge(m)
 	}
 	return c, nil
 }
@@ -252,7 +259,7 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 		}
 		attempts = append(attempts, res.Attempt())
 	}
-	return fallback.NewUnavailable(payrouter.OpCharge, "", attempts, tab.gw.OpenUntil(payrouter.OpCharge), r.now()), true
+	return tab.fallbacks.Charge(fallback.Missed{Attempts: attempts, OpenUntil: tab.gw.OpenUntil(payrouter.OpCharge)}), true
 }
 
 // existing looks for a charge stored under c's id before: its request's instance died mid-call,

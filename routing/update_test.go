@@ -33,7 +33,7 @@ func (f *fixture) reload(t *testing.T, gateways []string, routes []Route) {
 	if _, err := f.dom.Update(settings); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.router.Update(routes, adapters, fallback.Queue, fallback.Degrade); err != nil {
+	if err := f.router.Update(routes, adapters, fallback.Settings{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -74,7 +74,7 @@ func TestUpdateRoutesAndRetiredGateways(t *testing.T) {
 		t.Errorf("capturing the charge the removed ding holds: %v, %v", err, got)
 	}
 
-	if err := f.router.Update([]Route{{Name: "default", Gateways: []string{"ding"}}}, map[string]payrouter.Gateway{"ding": f.gw["ding"]}, "", ""); err == nil {
+	if err := f.router.Update([]Route{{Name: "default", Gateways: []string{"ding"}}}, map[string]payrouter.Gateway{"ding": f.gw["ding"]}, fallback.Settings{}); err == nil {
 		t.Error("a route to a removed gateway was taken")
 	}
 }
@@ -119,11 +119,12 @@ func TestUpdateCarriesOverLearningAndChangesFallbacks(t *testing.T) {
 	if after.stats["tranglo"] == nil {
 		t.Error("the new gateway has no stats")
 	}
-	if err := f.router.Update([]Route{hedged}, after.gw.Adapters, fallback.Fail, fallback.Fail); err != nil {
+	if err := f.router.Update([]Route{hedged}, after.gw.Adapters, fallback.Settings{Refund: fallback.Fail, Status: fallback.Fail}); err != nil {
 		t.Fatal(err)
 	}
-	if refund, status := f.router.Settler().Fallbacks(); refund != fallback.Fail || status != fallback.Fail {
-		t.Errorf("fallbacks after the update: %s %s", refund, status)
+	want := fallback.Settings{Charge: fallback.Fail, Refund: fallback.Fail, Status: fallback.Fail}
+	if got := f.router.Settler().Fallbacks(); got != want {
+		t.Errorf("fallbacks after the update: %+v, want %+v", got, want)
 	}
 }
 
@@ -176,7 +177,7 @@ func TestReloadMidChargeKeepsItsDomains(t *testing.T) {
 				paywell.authorize, paywell.status = tc.authorize, foundIt
 				slow := slowFollowUps{scripted: paywell, delay: 300 * time.Millisecond}
 				adapters := map[string]payrouter.Gateway{"paywell": slow, "ding": f.gw["ding"], "tranglo": f.gw["tranglo"]}
-				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Queue, fallback.Degrade); err != nil {
+				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Settings{}); err != nil {
 					t.Fatal(err)
 				}
 				inCall, reloaded := make(chan struct{}), make(chan struct{})
@@ -202,7 +203,7 @@ func TestReloadMidChargeKeepsItsDomains(t *testing.T) {
 				if _, err := f.dom.Update(settings); err != nil {
 					t.Fatal(err)
 				}
-				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Queue, fallback.Degrade); err != nil {
+				if err := f.router.Update([]Route{tc.route}, adapters, fallback.Settings{}); err != nil {
 					t.Fatal(err)
 				}
 				close(reloaded)

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/payrouter/payrouter/config"
-	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/resilience"
@@ -68,7 +67,7 @@ func (s *Service) reload(how string) (config.Changes, error) {
 	s.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := s.wireGateways(next, running)
 	if err == nil {
-		err = s.router.Update(routesOf(next), s.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
+		err = s.router.Update(routesOf(next), s.adapters, next.Fallbacks)
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the

@@ -174,7 +174,7 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		Routes: routesOf(cfg), Gateways: s.adapters, Domains: s.domains, Charges: s.store,
 		Budget: cfg.RequestTimeout, Log: s.log,
 		Refunds: s.store, Queue: s.store, Observer: s.metrics.RouterObserver(),
-		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
+		Fallbacks: cfg.Fallbacks,
 	})
 	if err != nil {
 		return refused(err)

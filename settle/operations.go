@@ -62,17 +62,10 @@ func gatewayOf(tab *table, c *payrouter.Charge) (payrouter.Gateway, error) {
 	return gw, nil
 }
 
-// unavailable is the Fail fallback of op on a charge: the one attempt made, and when to come back
-// (the op's breaker at that gateway).
-func (s *Settler) unavailable(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) *fallback.Unavailable {
-	s.obs.FallbackUsed(op, fallback.Fail)
-	reopens := func(gateway string) time.Time {
-		if b := tab.gw.Domains.Breaker(gateway, op); b != nil {
-			return b.OpenUntil()
-		}
-		return time.Time{}
-	}
-	return fallback.NewUnavailable(op, c.ID, []payrouter.Attempt{a}, reopens, s.now())
+// missed is what an operation op on c knows once its gateway did not take it, for its fallback:
+// the one attempt made, and when op's breaker at that gateway reopens.
+func missed(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter.Attempt) fallback.Missed {
+	return fallback.Missed{ChargeID: c.ID, Attempts: []payrouter.Attempt{a}, OpenUntil: tab.gw.OpenUntil(op)}
 }
 
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
@@ -95,6 +88,9 @@ type authorizationChange struct {
 	reach func(payrouter.TxState) bool
 	// status is the charge's status once the operation is done.
 	status payrouter.ChargeStatus
+	// fallback answers when the gateway did not take it (a method expression:
+	// fallback.Fallbacks.Capture).
+	fallback func(fallback.Fallbacks, fallback.Missed) error
 }
 
 var (
@@ -105,13 +101,15 @@ var (
 			// Refunded since: it was captured all the same.
 			return s == payrouter.TxCaptured || s == payrouter.TxPartiallyRefunded || s == payrouter.TxRefunded
 		},
-		status: payrouter.StatusSucceeded,
+		status:   payrouter.StatusSucceeded,
+		fallback: fallback.Fallbacks.Capture,
 	}
 	voidChange = authorizationChange{
-		op:     payrouter.OpVoid,
-		send:   payrouter.Gateway.Void,
-		reach:  func(s payrouter.TxState) bool { return s == payrouter.TxVoided },
-		status: payrouter.StatusVoided,
+		op:       payrouter.OpVoid,
+		send:     payrouter.Gateway.Void,
+		reach:    func(s payrouter.TxState) bool { return s == payrouter.TxVoided },
+		status:   payrouter.StatusVoided,
+		fallback: fallback.Fallbacks.Void,
 	}
 )
 
@@ -157,7 +155,7 @@ func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch a
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		return s.setStatus(ctx, c, ch.status)
 	case res.Outcome.NotSent():
-		return nil, s.unavailable(tab, ch.op, c, a)
+		return nil, ch.fallback(tab.fallbacks, missed(tab, ch.op, c, a))
 	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
 		// It may have been applied: one look-up tells. When it cannot, the caller sends the same
 		// request again, which the reference makes safe.
@@ -168,7 +166,7 @@ func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch a
 		}
 		s.log.WarnContext(ctx, "charge.operation_unresolved", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "lookup_outcome", look.Outcome, "state", look.State, "detail", res.Detail)
-		return nil, s.unavailable(tab, ch.op, c, a)
+		return nil, ch.fallback(tab.fallbacks, missed(tab, ch.op, c, a))
 	default: // declined, error: the gateway refused it
 		s.log.WarnContext(ctx, "charge.operation_refused", "charge_id", c.ID, "gateway", c.Gateway, "operation", ch.op,
 			"outcome", res.Outcome, "decline_code", res.DeclineCode, "detail", res.Detail)
@@ -313,9 +311,9 @@ func (s *Settler) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amo
 	return prev, true, nil
 }
 
-// refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded,
-// queued under the refund fallback (or failed when it fails), queued when the gateway may have
-// applied it, failed when the gateway refused it.
+// refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded;
+// failed when the gateway refused it; otherwise (not sent, or maybe applied) as the refund
+// fallback decides (fallback.Fallbacks.Refund), with this Settler's queueing and failing.
 func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
@@ -325,27 +323,11 @@ func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.C
 			s.log.ErrorContext(ctx, "refund.store_failed", "refund_id", rf.ID, "charge_id", c.ID, "err", err)
 		}
 		return rf, nil
-	case res.Outcome.NotSent():
-		if tab.refundFallback != fallback.Queue {
-			s.failRefund(ctx, rf, "not sent: "+string(res.Outcome))
-			return nil, s.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
-		}
-		if err := s.queueRefund(ctx, rf, false); err != nil {
-			// Nothing moved, so failing it is honest, and the caller may ask again.
-			s.failRefund(ctx, rf, "not sent, and could not be queued")
-			return nil, s.unavailable(tab, payrouter.OpRefund, c, res.Attempt())
-		}
-		s.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
-		return rf, nil
-	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
-		// The gateway may have applied it, whatever the fallback says: failing it would tell the
-		// caller the money did not move when it may have, and a new refund could then give it back
-		// twice. So it is queued: sent again with the same reference (applied once), it finds out.
-		if err := s.queueRefund(ctx, rf, true); err != nil {
-			return nil, fmt.Errorf("refund %s of charge %s: %s at the gateway, and not queued: %w", rf.ID, c.ID, res.Outcome, err)
-		}
-		s.obs.FallbackUsed(payrouter.OpRefund, fallback.Queue)
-		return rf, nil
+	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
+		return tab.fallbacks.Refund(missed(tab, payrouter.OpRefund, c, res.Attempt()), rf, fallback.RefundSteps{
+			Queue: func(maybeSent bool) error { return s.queueRefund(ctx, rf, maybeSent) },
+			Fail:  func(detail string) { s.failRefund(ctx, rf, detail) },
+		})
 	default: // declined, error
 		s.failRefund(ctx, rf, whyRefused(res.Result))
 		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res.Result))
@@ -530,7 +512,7 @@ func (s *Settler) GetRefund(ctx context.Context, id string) (*payrouter.Refund, 
 
 // Refresh returns a charge as GET /charge/{id} shows it: the stored charge, and for one still
 // processing what its gateway says of it now. When the gateway cannot be asked, the status
-// fallback answers: Degrade returns the stored charge with stale true, Fail a
+// fallback answers (fallback.Fallbacks.Status): the stored charge with stale true, or a
 // *fallback.Unavailable.
 func (s *Settler) Refresh(ctx context.Context, id string) (c *payrouter.Charge, stale bool, err error) {
 	ctx, cancel := s.bounded(ctx)
@@ -547,11 +529,8 @@ func (s *Settler) Refresh(ctx context.Context, id string) (c *payrouter.Charge, 
 	if answered {
 		return c, false, nil
 	}
-	if tab := s.table(); tab.statusFallback == fallback.Fail {
-		return nil, false, s.unavailable(tab, payrouter.OpStatus, c, look)
-	}
-	s.obs.FallbackUsed(payrouter.OpStatus, fallback.Degrade)
-	return c, true, nil
+	tab := s.table()
+	return tab.fallbacks.Status(missed(tab, payrouter.OpStatus, c, look), c)
 }
 
 // ResolveProcessing looks a processing charge up at its gateway and moves it on by what the

@@ -139,11 +139,11 @@ type opsFixture struct {
 type opsOption func(*Config, *resilience.GatewaySettings)
 
 func withRefundFallback(p fallback.Policy) opsOption {
-	return func(c *Config, _ *resilience.GatewaySettings) { c.RefundFallback = p }
+	return func(c *Config, _ *resilience.GatewaySettings) { c.Fallbacks.Refund = p }
 }
 
 func withStatusFallback(p fallback.Policy) opsOption {
-	return func(c *Config, _ *resilience.GatewaySettings) { c.StatusFallback = p }
+	return func(c *Config, _ *resilience.GatewaySettings) { c.Fallbacks.Status = p }
 }
 
 func tripAfter(n int) opsOption {
@@ -351,114 +351,122 @@ func TestCaptureBreakerOpenRetryAfter(t *testing.T) {
 	}
 }
 
+// refundCase is a refund of the test charge (1999, at paywell), answered by the gateway.
+type refundCase struct {
+	name         string
+	opts         []opsOption
+	refunded     int64 // already refunded of the charge's 1999
+	status       payrouter.ChargeStatus
+	amount       int64
+	answer       payrouter.Result
+	wantErr      string
+	wantRefund   payrouter.RefundStatus // "" when no refund is made
+	wantAmount   int64
+	wantRefunded int64 // the stored charge's
+	wantCharge   payrouter.ChargeStatus
+	wantTask     bool
+	wantUsed     []string
+}
+
+var refundCases = []refundCase{
+	{name: "all of it", status: payrouter.StatusSucceeded, answer: lookedUp(""),
+		wantRefund: payrouter.RefundSucceeded, wantAmount: 1999, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
+	{name: "part of it", status: payrouter.StatusSucceeded, amount: 500, answer: lookedUp(""),
+		wantRefund: payrouter.RefundSucceeded, wantAmount: 500, wantRefunded: 500, wantCharge: payrouter.StatusPartiallyRefunded},
+	{name: "the rest of a partly refunded one", status: payrouter.StatusPartiallyRefunded, refunded: 1500, answer: lookedUp(""),
+		wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
+	{name: "the rest of it", status: payrouter.StatusSucceeded, refunded: 1500, answer: lookedUp(""),
+		wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
+	{name: "more than is left", status: payrouter.StatusSucceeded, refunded: 1500, amount: 500, answer: lookedUp(""),
+		wantErr: string(payrouter.EState), wantRefunded: 1500, wantCharge: payrouter.StatusSucceeded},
+	{name: "nothing left", status: payrouter.StatusRefunded, refunded: 1999, answer: lookedUp(""),
+		wantErr: string(payrouter.EState), wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
+	{name: "not captured", status: payrouter.StatusRequiresCapture, answer: lookedUp(""),
+		wantErr: string(payrouter.EState), wantCharge: payrouter.StatusRequiresCapture},
+	{name: "a negative amount", status: payrouter.StatusSucceeded, amount: -1, answer: lookedUp(""),
+		wantErr: string(payrouter.EInvalid), wantCharge: payrouter.StatusSucceeded},
+	{name: "not sent is queued", status: payrouter.StatusSucceeded, answer: opUnavailable,
+		wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
+		wantUsed: []string{"refund/queue"}},
+	{name: "not sent fails with fail", opts: []opsOption{withRefundFallback(fallback.Fail)}, status: payrouter.StatusSucceeded,
+		answer: opUnavailable, wantErr: "unavailable:refund", wantRefund: payrouter.RefundFailed, wantAmount: 1999,
+		wantCharge: payrouter.StatusSucceeded, wantUsed: []string{"refund/fail"}},
+	{name: "a timeout is queued", status: payrouter.StatusSucceeded, answer: opTimeout,
+		wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
+		wantUsed: []string{"refund/queue"}},
+	{name: "a timeout is queued even with fail", opts: []opsOption{withRefundFallback(fallback.Fail)}, status: payrouter.StatusSucceeded,
+		answer: opTimeout, wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
+		wantUsed: []string{"refund/queue"}},
+	{name: "refused", status: payrouter.StatusSucceeded, answer: opDeclined, wantErr: string(payrouter.EGatewayError),
+		wantRefund: payrouter.RefundFailed, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded},
+}
+
 func TestRefund(t *testing.T) {
-	cases := []struct {
-		name         string
-		opts         []opsOption
-		refunded     int64 // already refunded of the charge's 1999
-		status       payrouter.ChargeStatus
-		amount       int64
-		answer       payrouter.Result
-		wantErr      string
-		wantRefund   payrouter.RefundStatus // "" when no refund is made
-		wantAmount   int64
-		wantRefunded int64 // the stored charge's
-		wantCharge   payrouter.ChargeStatus
-		wantTask     bool
-		wantUsed     []string
-	}{
-		{name: "all of it", status: payrouter.StatusSucceeded, answer: lookedUp(""),
-			wantRefund: payrouter.RefundSucceeded, wantAmount: 1999, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
-		{name: "part of it", status: payrouter.StatusSucceeded, amount: 500, answer: lookedUp(""),
-			wantRefund: payrouter.RefundSucceeded, wantAmount: 500, wantRefunded: 500, wantCharge: payrouter.StatusPartiallyRefunded},
-		{name: "the rest of a partly refunded one", status: payrouter.StatusPartiallyRefunded, refunded: 1500, answer: lookedUp(""),
-			wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
-		{name: "the rest of it", status: payrouter.StatusSucceeded, refunded: 1500, answer: lookedUp(""),
-			wantRefund: payrouter.RefundSucceeded, wantAmount: 499, wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
-		{name: "more than is left", status: payrouter.StatusSucceeded, refunded: 1500, amount: 500, answer: lookedUp(""),
-			wantErr: string(payrouter.EState), wantRefunded: 1500, wantCharge: payrouter.StatusSucceeded},
-		{name: "nothing left", status: payrouter.StatusRefunded, refunded: 1999, answer: lookedUp(""),
-			wantErr: string(payrouter.EState), wantRefunded: 1999, wantCharge: payrouter.StatusRefunded},
-		{name: "not captured", status: payrouter.StatusRequiresCapture, answer: lookedUp(""),
-			wantErr: string(payrouter.EState), wantCharge: payrouter.StatusRequiresCapture},
-		{name: "a negative amount", status: payrouter.StatusSucceeded, amount: -1, answer: lookedUp(""),
-			wantErr: string(payrouter.EInvalid), wantCharge: payrouter.StatusSucceeded},
-		{name: "not sent is queued", status: payrouter.StatusSucceeded, answer: opUnavailable,
-			wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
-			wantUsed: []string{"refund/queue"}},
-		{name: "not sent fails with fail", opts: []opsOption{withRefundFallback(fallback.Fail)}, status: payrouter.StatusSucceeded,
-			answer: opUnavailable, wantErr: "unavailable:refund", wantRefund: payrouter.RefundFailed, wantAmount: 1999,
-			wantCharge: payrouter.StatusSucceeded, wantUsed: []string{"refund/fail"}},
-		{name: "a timeout is queued", status: payrouter.StatusSucceeded, answer: opTimeout,
-			wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
-			wantUsed: []string{"refund/queue"}},
-		{name: "a timeout is queued even with fail", opts: []opsOption{withRefundFallback(fallback.Fail)}, status: payrouter.StatusSucceeded,
-			answer: opTimeout, wantRefund: payrouter.RefundQueued, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded, wantTask: true,
-			wantUsed: []string{"refund/queue"}},
-		{name: "refused", status: payrouter.StatusSucceeded, answer: opDeclined, wantErr: string(payrouter.EGatewayError),
-			wantRefund: payrouter.RefundFailed, wantAmount: 1999, wantCharge: payrouter.StatusSucceeded},
+	for _, tc := range refundCases {
+		t.Run(tc.name, func(t *testing.T) { checkRefund(t, tc) })
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newOpsFixture(t, tc.opts...)
-			f.charge(t, tc.status, func(c *payrouter.Charge) { c.Refunded = tc.refunded })
-			f.gw.set(payrouter.OpRefund, tc.answer)
-			var atCall *payrouter.Refund
-			f.gw.onCall = func(payrouter.Operation) {
-				// What the store holds while the gateway is called: a crash now must not lose it.
-				if calls := f.gw.Calls(); len(calls) > 0 {
-					atCall, _ = f.store.Refund(context.Background(), strings.TrimPrefix(calls[0], "refund:"))
-				}
-			}
-			rf, err := f.settler.Refund(t.Context(), "ch_test", tc.amount, "")
-			if got := errKind(err); got != tc.wantErr {
-				t.Fatalf("err %v (%s), want %q", err, got, tc.wantErr)
-			}
-			calls := f.gw.Calls()
-			if tc.wantRefund == "" {
-				if len(calls) != 0 {
-					t.Errorf("gateway called %v for a refund that cannot be", calls)
-				}
-			} else {
-				if len(calls) != 1 || !strings.HasPrefix(calls[0], "refund:re_") {
-					t.Fatalf("gateway calls %v, want one refund with the refund's reference", calls)
-				}
-				id := strings.TrimPrefix(calls[0], "refund:")
-				if atCall == nil || atCall.Status != payrouter.RefundPending {
-					t.Errorf("while sent the stored refund was %+v; want it pending", atCall)
-				}
-				got, err := f.store.Refund(t.Context(), id)
-				if err != nil || got.Status != tc.wantRefund || got.Amount != tc.wantAmount || got.ChargeID != "ch_test" ||
-					got.Reference != payrouter.RefundReference(id) || got.Gateway != "paywell" {
-					t.Errorf("stored refund %+v, %v; want %s of %d", got, err, tc.wantRefund, tc.wantAmount)
-				}
-				if tc.wantRefund == payrouter.RefundFailed && got.Detail == "" {
-					t.Error("a failed refund says nothing of why")
-				}
-				if err == nil && rf != nil && (rf.ID != id || rf.Status != tc.wantRefund) {
-					t.Errorf("answered refund %+v, want %s %s", rf, id, tc.wantRefund)
-				}
-			}
-			c := f.stored(t)
-			if c.Status != tc.wantCharge || c.Refunded != tc.wantRefunded {
-				t.Errorf("stored charge %s refunded %d; want %s %d", c.Status, c.Refunded, tc.wantCharge, tc.wantRefunded)
-			}
-			tasks := f.tasks(t)
-			// Every stored refund has a task due once its request is over, should the process
-			// die before the answer is stored; a queued one has a second, due now.
-			var due []payrouter.Task
-			for _, task := range tasks {
-				if task.Kind != payrouter.TaskRefund || !task.NotBefore.After(f.now) {
-					due = append(due, task)
-				}
-			}
-			if got := len(due) == 1 && due[0].Kind == payrouter.TaskRefund && rf != nil && due[0].RefundID == rf.ID; got != tc.wantTask {
-				t.Errorf("queued tasks %+v, want a refund task due now: %v", tasks, tc.wantTask)
-			}
-			if got := f.obs.Used(); !slices.Equal(got, tc.wantUsed) {
-				t.Errorf("fallbackLog reported %v, want %v", got, tc.wantUsed)
-			}
-		})
+}
+
+// checkRefund runs tc and checks what the caller, the store, the queue and the observer see.
+func checkRefund(t *testing.T, tc refundCase) {
+	t.Helper()
+	f := newOpsFixture(t, tc.opts...)
+	f.charge(t, tc.status, func(c *payrouter.Charge) { c.Refunded = tc.refunded })
+	f.gw.set(payrouter.OpRefund, tc.answer)
+	var atCall *payrouter.Refund
+	f.gw.onCall = func(payrouter.Operation) {
+		// What the store holds while the gateway is called: a crash now must not lose it.
+		if calls := f.gw.Calls(); len(calls) > 0 {
+			atCall, _ = f.store.Refund(context.Background(), strings.TrimPrefix(calls[0], "refund:"))
+		}
+	}
+	rf, err := f.settler.Refund(t.Context(), "ch_test", tc.amount, "")
+	if got := errKind(err); got != tc.wantErr {
+		t.Fatalf("err %v (%s), want %q", err, got, tc.wantErr)
+	}
+	calls := f.gw.Calls()
+	if tc.wantRefund == "" {
+		if len(calls) != 0 {
+			t.Errorf("gateway called %v for a refund that cannot be", calls)
+		}
+	} else {
+		if len(calls) != 1 || !strings.HasPrefix(calls[0], "refund:re_") {
+			t.Fatalf("gateway calls %v, want one refund with the refund's reference", calls)
+		}
+		id := strings.TrimPrefix(calls[0], "refund:")
+		if atCall == nil || atCall.Status != payrouter.RefundPending {
+			t.Errorf("while sent the stored refund was %+v; want it pending", atCall)
+		}
+		got, err := f.store.Refund(t.Context(), id)
+		if err != nil || got.Status != tc.wantRefund || got.Amount != tc.wantAmount || got.ChargeID != "ch_test" ||
+			got.Reference != payrouter.RefundReference(id) || got.Gateway != "paywell" {
+			t.Errorf("stored refund %+v, %v; want %s of %d", got, err, tc.wantRefund, tc.wantAmount)
+		}
+		if tc.wantRefund == payrouter.RefundFailed && got.Detail == "" {
+			t.Error("a failed refund says nothing of why")
+		}
+		if err == nil && rf != nil && (rf.ID != id || rf.Status != tc.wantRefund) {
+			t.Errorf("answered refund %+v, want %s %s", rf, id, tc.wantRefund)
+		}
+	}
+	c := f.stored(t)
+	if c.Status != tc.wantCharge || c.Refunded != tc.wantRefunded {
+		t.Errorf("stored charge %s refunded %d; want %s %d", c.Status, c.Refunded, tc.wantCharge, tc.wantRefunded)
+	}
+	tasks := f.tasks(t)
+	// Every stored refund has a task due once its request is over, should the process
+	// die before the answer is stored; a queued one has a second, due now.
+	var due []payrouter.Task
+	for _, task := range tasks {
+		if task.Kind != payrouter.TaskRefund || !task.NotBefore.After(f.now) {
+			due = append(due, task)
+		}
+	}
+	if got := len(due) == 1 && due[0].Kind == payrouter.TaskRefund && rf != nil && due[0].RefundID == rf.ID; got != tc.wantTask {
+		t.Errorf("queued tasks %+v, want a refund task due now: %v", tasks, tc.wantTask)
+	}
+	if got := f.obs.Used(); !slices.Equal(got, tc.wantUsed) {
+		t.Errorf("fallbackLog reported %v, want %v", got, tc.wantUsed)
 	}
 }
 

@@ -1,7 +1,6 @@
 package settle
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -31,7 +30,7 @@ type Settler struct {
 // sees those). telemetry implements it, as part of routing.Observer.
 type Observer interface {
 	// FallbackUsed: no gateway could take op, and policy answered.
-	FallbackUsed(op payrouter.Operation, policy fallback.Policy)
+	fallback.Observer
 	// ChargeReconciled: the reconciler found a processing charge final, took after its creation.
 	ChargeReconciled(status payrouter.ChargeStatus, took time.Duration)
 	// TaskNotQueued: a task of that kind could not be queued. For a void or a recheck, money may
@@ -58,20 +57,18 @@ type Config struct {
 	// Budget is request_timeout: one operation, its look-ups included, never takes longer.
 	Budget time.Duration
 	Log    *slog.Logger
-	// RefundFallback is fallbacks.refund: fallback.Queue (202 queued) or fallback.Fail (503).
-	// "": Queue.
-	RefundFallback fallback.Policy
-	// StatusFallback is fallbacks.status: fallback.Degrade (the last known status, stale) or
-	// fallback.Fail. "": Degrade.
-	StatusFallback fallback.Policy
+	// Fallbacks are the policies of `fallbacks:`: what refunds and status look-ups answer when
+	// their gateway cannot take them (fallback.Settings; the zero value is every default).
+	Fallbacks fallback.Settings
 	// Observer is told about fallbacks and reconciled charges; nil: nobody.
 	Observer Observer
 }
 
 // table is what a reload changes in a Settler.
 type table struct {
-	gw                             *Gateways
-	refundFallback, statusFallback fallback.Policy
+	gw *Gateways
+	// fallbacks decides what an operation answers when its gateway cannot take it.
+	fallbacks fallback.Fallbacks
 }
 
 // New returns a Settler.
@@ -86,21 +83,20 @@ func New(cfg Config) *Settler {
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
-	s.Update(cfg.Gateways, cfg.RefundFallback, cfg.StatusFallback)
+	s.Update(cfg.Gateways, cfg.Fallbacks)
 	return s
 }
 
 // Update makes gateways and the fallbacks (as in Config) the Settler's. Operations under way
-// finish on the gateways they started with.
-func (s *Settler) Update(gateways *Gateways, refund, status fallback.Policy) {
-	s.tab.Store(&table{gw: gateways, refundFallback: cmp.Or(refund, fallback.Queue), statusFallback: cmp.Or(status, fallback.Degrade)})
+// finish on the gateways and fallbacks they started with.
+func (s *Settler) Update(gateways *Gateways, fallbacks fallback.Settings) {
+	s.tab.Store(&table{gw: gateways, fallbacks: fallback.Fallbacks{
+		Settings: fallbacks.WithDefaults(), Observer: s.obs, Now: func() time.Time { return s.now() },
+	}})
 }
 
-// Fallbacks returns the refund and status fallbacks in use.
-func (s *Settler) Fallbacks() (refund, status fallback.Policy) {
-	tab := s.table()
-	return tab.refundFallback, tab.statusFallback
-}
+// Fallbacks returns the fallback policies in use, defaults applied.
+func (s *Settler) Fallbacks() fallback.Settings { return s.table().fallbacks.Settings }
 
 // table returns the table in use now.
 func (s *Settler) table() *table { return s.tab.Load() }
