@@ -460,7 +460,7 @@ func (a *app) Reload(context.Context) (config.Changes, error) { return a.reload(
 // Summary lists the gateways now configured, for /admin/gateways (httpapi.Reloader).
 func (a *app) Summary() []config.GatewaySummary { return a.live.Load().Summary() }
 
-// openStores opens the two state stores the configuration names (DESIGN.md, State stores): the
+// openStores opens the configuration's two state stores (docs/architecture.md, State stores): the
 // money state in memory or in PostgreSQL, never forked; and, for a fleet, the coordination state
 // in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
 // breakers. `probe` moves no money: it opens no database.
