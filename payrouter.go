@@ -1,7 +1,7 @@
 // Package payrouter holds the domain of a payment router: charges, the attempts made for them at
 // gateways, the outcome of each attempt, the Gateway interface every adapter implements, and the
 // interfaces of the state stores. It imports nothing of the project; every other package imports
-// it (DESIGN.md, Layout).
+// it (docs/architecture.md, Layout).
 package payrouter
 
 import (

@@ -110,7 +110,8 @@ const (
 	TaskRecheck TaskKind = "recheck"
 )
 
-// Task is a unit of money work done later, kept durably until done (DESIGN.md, State stores).
+// Task is a unit of money work done later, kept durably until done (docs/architecture.md, State
+// stores).
 type Task struct {
 	// ID is the queue's id of the task, set by Enqueue and Take.
 	ID       string   `json:"-"`
@@ -145,10 +146,10 @@ type Queue interface {
 	QueueDepth(ctx context.Context) (int64, error)
 }
 
-// Store is the money state (DESIGN.md, State stores): charges, refunds, idempotency records and
-// the durable task queue, with exactly one home, memstore for one instance or pgstore for a
-// fleet. It is never forked: when it cannot be reached its methods fail with an error wrapping
-// ErrStateUnavailable, and nothing is kept aside to serve from meanwhile.
+// Store is the money state (docs/architecture.md, State stores): charges, refunds, idempotency
+// records and the durable task queue, with exactly one home, memstore for one instance or pgstore
+// for a fleet. It is never forked: when it cannot be reached its methods fail with an error
+// wrapping ErrStateUnavailable, and nothing is kept aside to serve from meanwhile.
 type Store interface {
 	ChargeStore
 	RefundStore
@@ -223,9 +224,9 @@ type BreakerEvent struct {
 	Origin  string           `json:"origin,omitempty"`   // the instance that caused it
 }
 
-// FleetBreakers keeps the breaker state a fleet of instances shares (DESIGN.md, Breakers). No
-// method is ever called to admit a customer call while the breaker is closed: admission is
-// local, and these calls report to the fleet and learn from it.
+// FleetBreakers keeps the breaker state a fleet of instances shares (docs/architecture.md,
+// Breakers). No method is ever called to admit a customer call while the breaker is closed:
+// admission is local, and these calls report to the fleet and learn from it.
 type FleetBreakers interface {
 	// ReportOutcomes adds one instance's (origin's) counted calls to the fleet's counts and
 	// applies rules; when they trip the breaker it is opened for rules.Cooldown, BreakerOpened is

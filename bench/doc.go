@@ -1,7 +1,7 @@
 // Package bench measures payrouter from the outside, as a storefront sees it: real binaries,
 // real loopback sockets, a closed-loop load generator (Load). It reports speed only as ratios
-// against a baseline measured in the same run (DESIGN.md, Testing): the machines it runs on are
-// shared and noisy, so an absolute figure means little and a time limit would only flake.
+// against a baseline measured in the same run (docs/architecture.md, Testing): the machines it runs
+// on are shared and noisy, so an absolute figure means little and a time limit would only flake.
 //
 // The measurements are the TestBench... tests; they are skipped unless PAYROUTER_BENCH=1, which
 // `make bench` sets, so that `go test ./...` stays fast:

@@ -27,8 +27,8 @@ const (
 // down: two payrouter processes, A and B, sharing one Redis (and one PostgreSQL, as a fleet
 // must); paywell unavailable; charges through A until A's paywell/charge breaker opens; then the
 // time until B's GET /admin/breakers shows it open, B having sent paywell nothing. The fleet promises this by Redis pub/sub within 100 ms
-// (DESIGN.md, Breakers), with a refresh every second as a safety net: a round that took about a
-// second would say that the message was lost and the refresh caught it.
+// (docs/architecture.md, Breakers), with a refresh every second as a safety net: a round that took
+// about a second would say that the message was lost and the refresh caught it.
 //
 // The clock starts when A's tripping charge has been answered: its breaker opened before that
 // answer was written, so the figure is B's delay plus at most A's answer path. It is also shown

@@ -20,10 +20,11 @@ type Report struct {
 	Warnings       []string   // one line each, naming the field path
 }
 
-// Capacity is the arithmetic of DESIGN.md for one gateway: with every bulkhead slot held by a
-// call that runs to its timeout, the gateway completes Slots/Timeout calls per second, and any
-// traffic above that is refused (bulkhead_full) rather than queued. That is the rate to compare
-// with the shop's peak, because it is the rate the gateway gives when it is slow.
+// Capacity is the arithmetic of docs/architecture.md (Bulkheads and capacity) for one gateway:
+// with every bulkhead slot held by a call that runs to its timeout, the gateway completes
+// Slots/Timeout calls per second, and any traffic above that is refused (bulkhead_full) rather
+// than queued. That is the rate to compare with the shop's peak, because it is the rate the
+// gateway gives when it is slow.
 type Capacity struct {
 	Gateway string
 	Slots   int

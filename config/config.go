@@ -97,7 +97,7 @@ func (a Auth) Admins() []AdminToken {
 	return append(out, a.AdminTokens...)
 }
 
-// State chooses the state stores (DESIGN.md, State stores): where money state lives, and where
+// State chooses the stores (docs/architecture.md, State stores): where money state lives, and where
 // the fleet's breakers are shared.
 type State struct {
 	// DatabaseURL is PostgreSQL holding the money state (charges, refunds, idempotency keys,

@@ -606,10 +606,10 @@ func waitForDatabase(dbURL string, within time.Duration) (time.Duration, error) 
 }
 
 // chaosDatabase is a database of its own for the chaos fleet, committing synchronously as
-// DESIGN.md asks of production: pgtest's server runs with synchronous_commit off for speed, which
-// after a crash may lose the last commits it acknowledged, and losing acknowledged writes is a
-// fault of the set-up, not of payrouter. (The server's fsync stays off: the machine does not
-// crash, only PostgreSQL's processes, and what they wrote is in the kernel's page cache.)
+// docs/postgresql.md asks of production: pgtest's server runs with synchronous_commit off for
+// speed, which after a crash may lose the last commits it acknowledged, and losing acknowledged
+// writes is a fault of the set-up, not of payrouter. (The server's fsync stays off: the machine
+// does not crash, only PostgreSQL's processes, and what they wrote is in the kernel's page cache.)
 func chaosDatabase(t *testing.T) string {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)

@@ -1,7 +1,7 @@
 package e2e
 
 // Talking to the processes: the storefront and admin APIs of payrouter and the simulators'
-// control API (docs/api.md, docs/simulator.md), with just enough decoding for the assertions.
+// control API (docs/api.md and docs/simulator.md), with just enough decoding for the assertions.
 
 import (
 	"bytes"

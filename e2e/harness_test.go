@@ -461,7 +461,7 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 	b.WriteString("fallbacks:\n  charge: fail\n")
 	// The load these tests send from one key is far above a shop's, and their bulkhead
 	// arithmetic counts one key's calls against the whole bulkhead; the limits have tests of
-	// their own (docs/limits.md, limits_test.go).
+	// their own (docs/limits.md; limits_test.go).
 	b.WriteString("limits:\n  requests_per_second: 0\n  key_share: 1\n")
 	return b.String()
 }

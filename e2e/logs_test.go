@@ -1,8 +1,8 @@
 package e2e
 
-// The log audit (DESIGN.md, Observability: "never a credential or a card token in full"): a
-// payrouter configured with distinctive secrets is driven through everything that logs, and every
-// line it wrote is read back.
+// The log audit (docs/architecture.md, Observability: "never a credential or a card token in
+// full"): a payrouter configured with distinctive secrets is driven through everything that logs,
+// and every line it wrote is read back.
 
 import (
 	"encoding/json"

@@ -1,6 +1,6 @@
 package e2e
 
-// Out-of-band probing across a fleet (DESIGN.md, Breakers; the second incident report): with
+// Out-of-band probing across a fleet (docs/architecture.md, Breakers): with
 // `probe: out_of_band`, a prober calls the gateway's /health on its own connections; probe
 // results never enter the customer counts, a saturated customer pool never fails a probe, and
 // while a breaker is half-open it is the probe, not a customer's charge, that closes or reopens it.

@@ -12,7 +12,7 @@ import (
 	"github.com/payrouter/payrouter/redisstore/redistest"
 )
 
-// TestRedisOutageFleet: the shared Redis dies under a fleet of two instances (DESIGN.md,
+// TestRedisOutageFleet: the shared Redis dies under a fleet of two instances (docs/architecture.md,
 // Breakers: "Redis slow or down must not take payrouter down"). Redis holds only coordination
 // state, so what users see is:
 //   - charges through A and B keep being answered, 201, each in under a second;

@@ -17,7 +17,8 @@ import (
 // TestAdaptersNeverQuoteCredentials: a gateway that quotes back everything it was sent (every
 // header, the API key among them, and the whole body, the card token among it) in its own error
 // and decline forms must not get either into a Result's Detail or DeclineCode, which are logged
-// and shown in API answers (DESIGN.md, Observability: never a credential or a card token in full).
+// and shown in API answers (docs/architecture.md, Observability: never a credential or a card token
+// in full).
 func TestAdaptersNeverQuoteCredentials(t *testing.T) {
 	const (
 		key   = "gw-Live-Key-7c1d9e5f3a0b"

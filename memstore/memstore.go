@@ -1,7 +1,7 @@
 // Package memstore is the in-memory state store: the embedded default that lets one payrouter
-// instance run with nothing else (DESIGN.md, State stores). Its state lives and dies with the
-// process, so it cannot be shared by a fleet; redisstore is the shared one. Both pass the
-// storetest suite.
+// instance run with nothing else (docs/architecture.md, State stores). Its state lives and dies
+// with the process, so it cannot be shared by a fleet; pgstore is the fleet's money store. Both
+// pass the storetest suite.
 package memstore
 
 import (

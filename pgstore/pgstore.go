@@ -1,8 +1,8 @@
-// Package pgstore is the money state of a fleet (DESIGN.md, State stores): payrouter.Store on
-// PostgreSQL through pgx, shared by every instance. Charges, refunds, idempotency keys and the
-// durable task queue have this one home; when the database does not answer, every method fails
-// within Options.Timeout with an error wrapping payrouter.ErrStateUnavailable, and nothing is
-// kept aside to serve from meanwhile.
+// Package pgstore is the money state of a fleet (docs/architecture.md, State stores):
+// payrouter.Store on PostgreSQL through pgx, shared by every instance. Charges, refunds,
+// idempotency keys and the durable task queue have this one home; when the database does not
+// answer, every method fails within Options.Timeout with an error wrapping
+// payrouter.ErrStateUnavailable, and nothing is kept aside to serve from meanwhile.
 //
 // Idempotency holds are fenced: every Claim takes a token from one database sequence, and every
 // write made under a hold (SaveCharge with Charge.Hold, Complete, CompleteCharge) is one SQL

@@ -15,8 +15,8 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// The fleet's breakers in Redis (DESIGN.md, Breakers). Each breaker has five keys sharing the
-// hash tag {<breaker>}, so that every script below touches one Cluster slot:
+// The fleet's breakers in Redis (docs/architecture.md, Breakers). Each breaker has five keys
+// sharing the hash tag {<breaker>}, so that every script below touches one Cluster slot:
 //
 //	<prefix>breaker:{<breaker>}:tripped  opened and not closed since: open or half-open
 //	<prefix>breaker:{<breaker>}:open     present for the cooldown: open

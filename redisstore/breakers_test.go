@@ -28,7 +28,7 @@ const fleetTimeout = time.Second
 // generous: a store that is late makes a test slow to fail, not flaky.
 const fleetDeadline = 5 * time.Second
 
-// eventWithin is how soon every instance must learn a transition (DESIGN.md, Breakers).
+// eventWithin is how soon every instance must learn a transition (docs/architecture.md, Breakers).
 const eventWithin = 100 * time.Millisecond
 
 // fleetSeq gives every fleet a key prefix of its own.

@@ -1,10 +1,10 @@
-// Package redisstore is the fleet's coordination state in Redis (DESIGN.md, State stores): the
-// breakers' rolling windows and states, forced states, the breaker events every instance hears
-// by pub/sub, and leases that elect one prober or reconciler. It holds only what can be lost:
-// losing all of it (a restart without persistence, a failover that drops acknowledged writes, a
-// FLUSHALL) costs a few extra gateway calls while the breakers re-learn, never money. Money state
-// (charges, refunds, idempotency records, the task queue) is never kept here: it lives in
-// memstore or in PostgreSQL (pgstore), and Store does not implement payrouter.Store.
+// Package redisstore is the fleet's coordination state in Redis (docs/architecture.md, State
+// stores): the breakers' rolling windows and states, forced states, the breaker events every
+// instance hears by pub/sub, and leases that elect one prober or reconciler. It holds only what can
+// be lost: losing all of it (a restart without persistence, a failover that drops acknowledged
+// writes, a FLUSHALL) costs a few extra gateway calls while the breakers re-learn, never money.
+// Money state (charges, refunds, idempotency records, the task queue) is never kept here: it lives
+// in memstore or in PostgreSQL (pgstore), and Store does not implement payrouter.Store.
 //
 // It runs on go-redis's UniversalClient, so a single server, Sentinel and Cluster all work:
 // every key of one breaker or lease carries a {hash tag}, so that the scripts that touch

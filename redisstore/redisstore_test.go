@@ -48,11 +48,11 @@ func TestBreakerState(t *testing.T) {
 	})
 }
 
-// TestLosingRedisLosesOnlyCoordination is what DESIGN.md promises of Redis's data: a Redis that
-// comes back empty (a restart without persistence, a failover that dropped acknowledged writes)
-// is a fresh start, not an error. Breakers read closed with no counts, so they re-learn from
-// the next calls; no forced state is left; a lease is free for whoever asks next. Nothing else
-// was there to lose.
+// TestLosingRedisLosesOnlyCoordination is what docs/architecture.md (State stores) promises of
+// Redis's data: a Redis that comes back empty (a restart without persistence, a failover that
+// dropped acknowledged writes) is a fresh start, not an error. Breakers read closed with no counts,
+// so they re-learn from the next calls; no forced state is left; a lease is free for whoever asks
+// next. Nothing else was there to lose.
 func TestLosingRedisLosesOnlyCoordination(t *testing.T) {
 	fl := newFleet(t)
 	s := fl.instance(t)

@@ -125,7 +125,7 @@ type gatewayDomain struct {
 	bulkhead  *Bulkhead
 	transport *http.Transport
 	client    *http.Client
-	// probeTransport and probeClient are the out-of-band prober's own pool (DESIGN.md,
+	// probeTransport and probeClient are the out-of-band prober's own pool (docs/architecture.md,
 	// Breakers): a customer pool full of calls to a busy gateway must not fail its probe.
 	probeTransport *http.Transport
 	probeClient    *http.Client

@@ -73,7 +73,7 @@ func (o FleetOptions) withDefaults() FleetOptions {
 }
 
 // Fleet shares every breaker of a Domains with the other instances of a fleet through a
-// payrouter.FleetBreakers (DESIGN.md, Breakers). Admission stays local and costs no network
+// payrouter.FleetBreakers (docs/architecture.md, Breakers). Admission is local and costs no network
 // call: each instance's breaker counts its own calls and trips on its own counts, and besides
 // that
 //   - counted outcomes go to the shared store (failures at once, successes every ReportEvery),

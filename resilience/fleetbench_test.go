@@ -263,7 +263,7 @@ func BenchmarkGuardWithFleet(b *testing.B) {
 }
 
 // BenchmarkDistributedGobreaker is gobreaker v2.4.0's DistributedCircuitBreaker on the same Redis
-// and the same calls: what DESIGN.md (Breakers) keeps off payrouter's request path, measured for
+// and the same calls: what docs/architecture.md (Breakers) keeps off the request path, measured for
 // the record, never used by payrouter.
 //
 // Why it serializes: DistributedCircuitBreaker.Execute reads the shared state (GET), takes a lock

@@ -37,7 +37,7 @@ type ProberOptions struct {
 	Failed func(call string)
 }
 
-// Prober tests the recovery of the gateways whose breakers say OutOfBand (DESIGN.md, Breakers):
+// Prober tests the recovery of gateways with OutOfBand breakers (docs/architecture.md, Breakers):
 // one goroutine per gateway calls its health endpoint every ProbeInterval, and while a breaker
 // of that gateway is half-open it is the probe, not a customer's call, that closes it or opens it
 // again. Probe results never enter the customer counts: a closed breaker never opens, and an

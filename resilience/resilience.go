@@ -8,7 +8,7 @@
 // calls wait on the gateway at once; the timeout bounds how long each of them waits.
 //
 // The breaker's state machine is gobreaker v2's TwoStepCircuitBreaker. What counts as a failure
-// is the root package's outcome rules (DESIGN.md, Outcomes are the heart): succeeded, declined
+// is payrouter.Outcome's rules (docs/architecture.md, Outcomes are the heart): succeeded, declined
 // and pending are successes, unavailable, timeout and unknown are failures, and everything else
 // is left out of the counts.
 package resilience
@@ -107,8 +107,8 @@ const (
 	excluded
 )
 
-// classify holds the outcome rules of DESIGN.md. An outcome no adapter should produce is
-// excluded: it is a bug of ours, and says nothing of the gateway's health.
+// classify holds the outcome rules (docs/architecture.md, Outcomes are the heart). An outcome no
+// adapter should produce is excluded: a bug of ours says nothing of the gateway's health.
 func classify(o payrouter.Outcome) verdict {
 	switch {
 	case o == payrouter.OutcomeSucceeded || o == payrouter.OutcomeDeclined || o == payrouter.OutcomePending:

@@ -11,7 +11,7 @@ import (
 	"github.com/payrouter/payrouter/settle"
 )
 
-// Hedge is a route's hedging policy (DESIGN.md, Hedging, safely): when the first gateway called
+// Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
 // for a charge has not answered after a delay, the charge is also sent to the next gateway of
 // the route. Two gateways means two possible charges, so on a hedged route the first two
 // gateway calls authorize only; the first approval is kept (and captured when the charge asks
@@ -190,7 +190,7 @@ type hedgedRun struct {
 	deadline time.Time
 }
 
-// hedged runs the first gateways of a charge on a hedged route (DESIGN.md, Hedging, safely).
+// hedged runs a charge's first gateways on a hedged route (docs/architecture.md, Hedging safely).
 // The first gateway called authorizes only; if it has not answered after the hedge delay and the
 // route's budget allows, the next gateway whose guard admits it is called too, authorize-only.
 // The rules, all about money:

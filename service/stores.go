@@ -13,7 +13,7 @@ import (
 	"github.com/payrouter/payrouter/statestore"
 )
 
-// openStores opens the two state stores the configuration names (DESIGN.md, State stores): the
+// openStores opens the configuration's two state stores (docs/architecture.md, State stores): the
 // money state in memory or in PostgreSQL, never forked; and, for a fleet, the coordination state
 // in Redis behind statestore, so that a Redis outage leaves the instance serving on its own
 // breakers. Probe moves no money: it opens no database. given, when set, is the money state

@@ -1,12 +1,12 @@
 // Package statestore keeps payrouter serving when Redis, which holds the fleet's coordination
 // state (breaker windows and states, forced states, fleet events, leases), is slow or down
-// (DESIGN.md, Breakers: "Redis slow or down must not take payrouter down"). A Store wraps that
-// coordination store (Shared; redisstore.Store in production). While it answers, every call goes
-// to it. On the first call that finds it unreachable the Store goes down, and from then on no
-// call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, forced states are
-// served from this instance's memory (forced.go), and a health goroutine (Run) pings Redis until
-// it answers, pushes the forced states set here meanwhile (the re-sync, resync.go) and goes up
-// again.
+// (docs/architecture.md, Breakers: "Redis slow or down must not take payrouter down"). A Store
+// wraps that coordination store (Shared; redisstore.Store in production). While it answers, every
+// call goes to it. On the first call that finds it unreachable the Store goes down, and from then
+// on no call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, forced states
+// are served from this instance's memory (forced.go), and a health goroutine (Run) pings Redis
+// until it answers, pushes the forced states set here meanwhile (the re-sync, resync.go) and goes
+// up again.
 //
 // While Redis is away each instance keeps its own breakers, and says so: its caller
 // (resilience.Fleet) decides alone on ErrDown; OnChange(false) feeds the payrouter_state_store_up
@@ -15,8 +15,8 @@
 // OnChange(true) is where the caller re-syncs its breakers (resilience.Fleet.Resync).
 //
 // Nothing of money is here. Charges, refunds, idempotency records and durable tasks are
-// payrouter.Store's, with one home, memstore or PostgreSQL (DESIGN.md, State stores); this
-// package neither holds nor wraps them.
+// payrouter.Store's, with one home, memstore or PostgreSQL (docs/architecture.md, State stores);
+// this package neither holds nor wraps them.
 package statestore
 
 import (

@@ -1,6 +1,6 @@
 // Package storetest is the behaviour every payrouter.Store must have, as one test suite that
-// each implementation runs against itself (DESIGN.md, State stores): memstore in memory, pgstore
-// against a real PostgreSQL. RunBreakerState is the smaller suite of forced states, run by
+// each implementation runs against itself (docs/architecture.md, State stores): memstore in memory,
+// pgstore against a real PostgreSQL. RunBreakerState is the smaller suite of forced states, run by
 // memstore and by redisstore against a real redis-server.
 //
 // Expiry is tested with short real TTLs and polling, not a fake clock, because a database server

@@ -679,7 +679,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"PayrouterBreakerOpenTooLong", "PayrouterBulkheadSaturated", "PayrouterGatewayFailureRatioHigh", "PayrouterQueueGrowing", "PayrouterStateStoreDown"} {
+	for _, want := range []string{"PayrouterBreakerOpenTooLong", "PayrouterBulkheadSaturated", "PayrouterGatewayFailureRatioHigh", "PayrouterQueueGrowing", "PayrouterTaskNotQueued", "PayrouterDatabaseDown", "PayrouterStateStoreDown", "PayrouterStateStoreErrors", "PayrouterConfigReloadRefused"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s in %s", want, alertsFile)
 		}

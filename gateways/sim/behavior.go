@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Mode is how a simulated gateway answers calls to its API (docs/simulator.md, the
-// modes).
+// Mode is how a simulated gateway answers calls to its API (docs/simulator.md,
+// PUT /_sim/behavior).
 type Mode string
 
 // The modes of a simulated gateway.

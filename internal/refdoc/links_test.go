@@ -86,3 +86,15 @@ func TestLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestCitations: every page a comment of the code names is a file of the repository, and every
+// section it cites ("(docs/architecture.md, State stores)") is a heading of that page.
+func TestCitations(t *testing.T) {
+	problems, err := CheckCitations(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}

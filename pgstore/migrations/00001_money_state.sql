@@ -1,6 +1,6 @@
--- The money state (DESIGN.md, State stores): charges, refunds, idempotency keys and the durable
--- task queue. Every time that decides anything (a hold running out, a record expiring, a task
--- idle long enough) is the database's now(), never an instance's clock, so that a fleet whose
+-- The money state (docs/architecture.md, State stores): charges, refunds, idempotency keys and the
+-- durable task queue. Every time that decides anything (a hold running out, a record expiring, a
+-- task idle long enough) is the database's now(), never an instance's clock, so that a fleet whose
 -- clocks disagree still agrees on who holds a key.
 
 -- +goose Up

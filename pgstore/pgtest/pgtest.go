@@ -1,6 +1,6 @@
 // Package pgtest runs a real, throwaway PostgreSQL for tests: the money store is tested against
-// the database it runs on in production, never a fake (DESIGN.md, Testing). One server runs per
-// test binary, in a temporary directory, on a free loopback port, with durability off for
+// the database it runs on in production, never a fake (docs/architecture.md, Testing). One server
+// runs per test binary, in a temporary directory, on a free loopback port, with durability off for
 // speed; each test takes a database of its own from it (NewDatabase).
 //
 // A package using it runs its tests through Main (or Run), which stops the server and removes

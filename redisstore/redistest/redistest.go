@@ -1,5 +1,5 @@
 // Package redistest runs a real redis-server for tests: the shared state store is tested against
-// the server it runs on in production, never a fake (DESIGN.md, Testing).
+// the server it runs on in production, never a fake (docs/architecture.md, Testing).
 package redistest
 
 import (
