@@ -111,7 +111,7 @@ func NewMetrics() *Metrics {
 		}, []string{"queue"}),
 		tasksNotQueued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrouter_tasks_not_queued_total",
-			Help: "Tasks of money work that could not be queued, by kind: refund (the refund was refused, nothing sent), void and recheck (an approval no charge keeps may stay held at its gateway: look at its ledger). Any increase needs ops.",
+			Help: "Tasks of money work that could not be queued, by kind: refund (not sent: the refund failed; its answer lost: it stays pending and refund.not_queued names it), void and recheck (an approval no charge keeps may stay held at its gateway: look at its ledger). Any increase needs ops.",
 		}, []string{"kind"}),
 		reconciled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_reconcile_duration_seconds",
