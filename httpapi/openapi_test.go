@@ -30,7 +30,6 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/fallback"
-	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/gateways/ding/dingsim"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
@@ -748,11 +747,8 @@ func newSpecService(t *testing.T, text string, store payrouter.Store) (*service.
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, os.Getenv, gateways.Kinds())
+	cfg, err := service.Load(t.Context(), path, os.Getenv)
 	if err != nil {
-		t.Fatalf("configuration: %v", err)
-	}
-	if err := service.Validate(t.Context(), cfg, os.Getenv); err != nil {
 		t.Fatalf("configuration: %v", err)
 	}
 	svc, err := service.New(t.Context(), cfg, service.Options{Path: path, Getenv: os.Getenv, Store: store})

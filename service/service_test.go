@@ -68,11 +68,8 @@ func start(t *testing.T, text string) (*service.Service, string, string) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, os.Getenv, gateways.Kinds())
+	cfg, err := service.Load(t.Context(), path, os.Getenv)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := service.Validate(t.Context(), cfg, os.Getenv); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := service.New(t.Context(), cfg, service.Options{Path: path, Getenv: os.Getenv})

@@ -63,3 +63,17 @@ type refuseAll struct{}
 func (refuseAll) RoundTrip(*http.Request) (*http.Response, error) {
 	return nil, errors.New("payrouter: an adapter built to check the configuration sent a request")
 }
+
+// Load reads the configuration file at path (config.Load) and makes every other check New relies
+// on (Validate): what it returns is a configuration New starts on, short of what only the
+// network can say. Every refusal is a ConfigError naming the file.
+func Load(ctx context.Context, path string, getenv func(string) string) (*config.Config, error) {
+	cfg, err := config.Load(path, getenv, gateways.Kinds())
+	if err == nil {
+		err = Validate(ctx, cfg, getenv)
+	}
+	if err != nil {
+		return nil, &ConfigError{Err: fmt.Errorf("%s: %w", path, err)}
+	}
+	return cfg, nil
+}

@@ -12,44 +12,41 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter/config"
-	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/pgstore"
 	"github.com/payrouter/payrouter/service"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
-// loadConfig parses the -config flag and loads the file; every problem is one line on stderr and
-// the exit code is 2. It returns the file's path too.
-func loadConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (*config.Config, string, error) {
+// loadConfig parses the -config flag and loads the file as service.Load does, with every check
+// serve makes before it starts; every problem is one line on stderr and the exit code is 2. It
+// returns the file's path too.
+func loadConfig(ctx context.Context, cmd string, args []string, getenv func(string) string, stderr io.Writer) (*config.Config, string, error) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (YAML)")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", &exitError{code: 2}
 	}
-	cfg, err := loadConfigFile(cmd, *path, getenv)
+	cfg, err := loadConfigFile(ctx, cmd, *path, getenv)
 	return cfg, *path, err
 }
 
-// loadConfigFile loads the file -config named.
-func loadConfigFile(cmd, path string, getenv func(string) string) (*config.Config, error) {
+// loadConfigFile loads the file -config named (service.Load).
+func loadConfigFile(ctx context.Context, cmd, path string, getenv func(string) string) (*config.Config, error) {
 	if path == "" {
 		return nil, usageError("%s: -config FILE is required", cmd)
 	}
-	cfg, err := config.Load(path, getenv, gateways.Kinds())
+	cfg, err := service.Load(ctx, path, getenv)
 	if err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("%s: %w", path, err)}
+		return nil, &exitError{code: 2, err: err}
 	}
 	return cfg, nil
 }
 
 // check is `payrouter check`: validate, then print the capacity arithmetic and warnings.
 func check(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, path, err := loadConfig("check", args, getenv, stderr)
+	cfg, _, err := loadConfig(context.Background(), "check", args, getenv, stderr)
 	if err != nil {
-		return err
-	}
-	if err := validate(context.Background(), path, cfg, getenv); err != nil {
 		return err
 	}
 	_, err = cfg.Check().WriteTo(stdout)
@@ -60,7 +57,7 @@ func check(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 // deploy that runs it before the new instances start (serve applies the same migrations at start,
 // so it is never required). Safe while instances run and when several run it at once.
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, _, err := loadConfig("migrate", args, getenv, stderr)
+	cfg, _, err := loadConfig(ctx, "migrate", args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -85,11 +82,8 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}
-	cfg, err := loadConfigFile("probe", *path, getenv)
+	cfg, err := loadConfigFile(ctx, "probe", *path, getenv)
 	if err != nil {
-		return err
-	}
-	if err := validate(ctx, *path, cfg, getenv); err != nil {
 		return err
 	}
 	if cfg.State.RedisURL == "" {
@@ -109,12 +103,9 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 
 // serve is `payrouter serve`: both listeners until ctx ends, then a drain of in-flight requests.
 func serve(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	cfg, path, err := loadConfig("serve", args, getenv, stderr)
+	cfg, path, err := loadConfig(ctx, "serve", args, getenv, stderr) // what `payrouter check` says of it
 	if err != nil {
 		return err
-	}
-	if err := validate(ctx, path, cfg, getenv); err != nil {
-		return err // what `payrouter check` says of it
 	}
 	log := telemetry.NewLogger(stderr)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
@@ -142,14 +133,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	return svc.Serve(ctx, hup)
-}
-
-// validate is service.Validate, its refusals exiting 2 and naming the file.
-func validate(ctx context.Context, path string, cfg *config.Config, getenv func(string) string) error {
-	if err := service.Validate(ctx, cfg, getenv); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%s: %w", path, err)}
-	}
-	return nil
 }
 
 // exitCodeOf gives an error of service.New its exit code: 2 for a configuration it refused.
