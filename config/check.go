@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // Report is what `payrouter check` prints about a valid configuration: the capacity arithmetic
@@ -82,7 +83,7 @@ func (c *Config) Check() Report {
 		p := join("gateways", name)
 		gc := Capacity{Gateway: name, Slots: g.MaxConcurrent, Timeout: g.Timeout, MaxWait: g.MaxWait, Rate: rate(g.MaxConcurrent, g.Timeout)}
 		for _, op := range payrouter.Operations {
-			if t := g.TimeoutFor(string(op)); t != g.Timeout {
+			if t := g.TimeoutFor(op); t != g.Timeout {
 				gc.Operations = append(gc.Operations, OperationCapacity{Operation: string(op), Timeout: t, Rate: rate(g.MaxConcurrent, t)})
 			}
 		}
@@ -145,7 +146,7 @@ func (c *Config) Check() Report {
 
 	for i, rt := range c.Routes {
 		label := fmt.Sprintf("routes[%d] (%s)", i, display(rt.Name))
-		if rt.IsCatchAll() && i < len(c.Routes)-1 {
+		if rt.Match.All() && i < len(c.Routes)-1 {
 			var later []string
 			for _, next := range c.Routes[i+1:] {
 				later = append(later, display(next.Name))
@@ -158,17 +159,17 @@ func (c *Config) Check() Report {
 		if rt.Hedge != nil {
 			// A call cut off by its timeout answers before the hedge would start: the hedge
 			// then never runs there.
-			if after, adaptive := rt.Hedge.Delay(); !adaptive {
+			if after := rt.Hedge.After; !after.P95 {
 				for _, name := range rt.Members() {
-					if t := c.Gateways[name].TimeoutFor(string(payrouter.OpCharge)); t <= after {
+					if t := c.Gateways[name].TimeoutFor(payrouter.OpCharge); t <= after.Delay {
 						warn("%s: hedge.after %s is not shorter than %s's charge timeout %s; a charge there ends before a hedge could start",
-							label, fmtDuration(after), name, fmtDuration(t))
+							label, fmtDuration(after.Delay), name, fmtDuration(t))
 					}
 				}
 			}
 		}
-		if rt.Strategy == StrategySuccessRate && len(rt.Members()) < 2 {
-			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, StrategySuccessRate)
+		if rt.Strategy == routing.SuccessRate && len(rt.Members()) < 2 {
+			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, routing.SuccessRate)
 		}
 	}
 	return r

@@ -721,7 +721,10 @@ fallbacks:
 
 	metrics := telemetry.NewMetrics()
 	log := slog.New(slog.DiscardHandler)
-	settings := gatewaySettings(cfg)
+	settings, err := cfg.GatewaySettings()
+	if err != nil {
+		t.Fatal(err) // config.Parse read the same files a moment ago
+	}
 	cooldowns := map[string]time.Duration{}
 	for _, name := range cfg.GatewayNames {
 		cooldowns[name] = cfg.Gateways[name].Breaker.Cooldown
@@ -740,7 +743,7 @@ fallbacks:
 	}
 	st.store = &flakyStore{Store: memstore.New(), refunds: map[string][]string{}}
 	router, err := routing.New(routing.Config{
-		Routes: routesOf(cfg), Gateways: adapters, Domains: domains, Charges: st.store,
+		Routes: cfg.Routes, Gateways: adapters, Domains: domains, Charges: st.store,
 		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
@@ -781,54 +784,6 @@ fallbacks:
 	shared.Domains, shared.Fleet = fleetDomains, fleet
 	st.adminFleet = serve(httpapi.NewAdminServer(shared), adminURL, "Bearer admin-spec")
 	return st
-}
-
-// gatewaySettings turns the configured gateways into resilience's, as serve does.
-func gatewaySettings(cfg *config.Config) []resilience.GatewaySettings {
-	var out []resilience.GatewaySettings
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		timeouts := map[payrouter.Operation]time.Duration{}
-		for _, op := range payrouter.Operations {
-			timeouts[op] = g.TimeoutFor(string(op))
-		}
-		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
-		if err != nil {
-			panic(err) // config.Parse read the same files a moment ago
-		}
-		out = append(out, resilience.GatewaySettings{
-			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
-			Name: name, Timeout: g.Timeout, Timeouts: timeouts, MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
-			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
-			Breaker: resilience.BreakerSettings{
-				ConsecutiveFailures: g.Breaker.ConsecutiveFailures, FailuresInWindow: g.Breaker.FailuresInWindow,
-				FailureRate: g.Breaker.FailureRate, MinRequests: g.Breaker.MinRequests, Window: g.Breaker.Window,
-				Cooldown: g.Breaker.Cooldown, HalfOpenRequests: g.Breaker.HalfOpenRequests,
-				OutOfBand: g.Breaker.Probe == config.ProbeOutOfBand,
-			},
-		})
-	}
-	return out
-}
-
-// routesOf turns the configured routes into routing's, as serve does.
-func routesOf(cfg *config.Config) []routing.Route {
-	var out []routing.Route
-	for _, r := range cfg.Routes {
-		rt := routing.Route{
-			Name: r.Name, Gateways: r.Gateways, Strategy: routing.Strategy(r.Strategy),
-			Match: routing.Match{Currency: r.Match.Currency, Country: r.Match.Country, MinAmount: r.Match.MinAmount, MaxAmount: r.Match.MaxAmount},
-		}
-		for _, g := range r.SplitOrder {
-			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
-		}
-		if r.Hedge != nil {
-			after, p95 := r.Hedge.Delay()
-			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
-		}
-		out = append(out, rt)
-	}
-	return out
 }
 
 // specCall is one request. auth "" sends the listener's credential, "none" no Authorization.

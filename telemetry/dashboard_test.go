@@ -694,7 +694,7 @@ func TestBreakerOpenedTimestampSurvivesTrials(t *testing.T) {
 		m := NewMetrics()
 		o := NewObserver(m, NewLogger(io.Discard), map[string]time.Duration{"paywell": 4 * time.Second})
 		m.BreakerCooldown("paywell", payrouter.OpCharge, 4*time.Second)
-		b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{ConsecutiveFailures: 1, Cooldown: 4 * time.Second, HalfOpenRequests: 1}, o)
+		b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: 4 * time.Second}, HalfOpenRequests: 1}, o)
 		call := func(outcome payrouter.Outcome) {
 			t.Helper()
 			done, err := b.Allow()

@@ -206,45 +206,10 @@ func workerIdle(cfg *config.Config) time.Duration {
 	idle := 10 * time.Second
 	for _, g := range cfg.Gateways {
 		for _, op := range payrouter.Operations {
-			idle = max(idle, 4*g.TimeoutFor(string(op))+time.Second)
+			idle = max(idle, 4*g.TimeoutFor(op)+time.Second)
 		}
 	}
 	return idle
-}
-
-// gatewaySettings turns cfg's gateways into resilience's, in file order. It reads each
-// gateway's TLS files (config checked them when it loaded; they are read again here, as a reload
-// must see a rotated certificate), so it fails when one has become unreadable since.
-func gatewaySettings(cfg *config.Config) ([]resilience.GatewaySettings, error) {
-	var settings []resilience.GatewaySettings
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
-		if err != nil {
-			return nil, fmt.Errorf("gateways.%s.tls: %w", name, err)
-		}
-		timeouts := map[payrouter.Operation]time.Duration{}
-		for _, op := range payrouter.Operations {
-			timeouts[op] = g.TimeoutFor(string(op))
-		}
-		settings = append(settings, resilience.GatewaySettings{
-			Name: name, Endpoint: g.Kind + " " + g.BaseURL, Timeout: g.Timeout, Timeouts: timeouts,
-			MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
-			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
-			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
-			Breaker: resilience.BreakerSettings{
-				ConsecutiveFailures: g.Breaker.ConsecutiveFailures,
-				FailuresInWindow:    g.Breaker.FailuresInWindow,
-				FailureRate:         g.Breaker.FailureRate,
-				MinRequests:         g.Breaker.MinRequests,
-				Window:              g.Breaker.Window,
-				Cooldown:            g.Breaker.Cooldown,
-				HalfOpenRequests:    g.Breaker.HalfOpenRequests,
-				OutOfBand:           g.Breaker.Probe == config.ProbeOutOfBand,
-			},
-		})
-	}
-	return settings, nil
 }
 
 // cooldowns gives each gateway's breaker cooldown, for the transition log line.
@@ -266,7 +231,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	a.live.Store(cfg)
 	a.creds = httpapi.NewAuthCredentials(cfg.Auth)
 	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
-	settings, err := gatewaySettings(cfg)
+	settings, err := cfg.GatewaySettings()
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
@@ -293,7 +258,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 	})
 
 	a.router, err = routing.New(routing.Config{
-		Routes: routesOf(cfg), Gateways: a.adapters, Domains: a.domains, Charges: a.store,
+		Routes: cfg.Routes, Gateways: a.adapters, Domains: a.domains, Charges: a.store,
 		Budget: cfg.RequestTimeout, Log: log,
 		Refunds: a.store, Queue: a.store, Observer: a.metrics.RouterObserver(),
 		RefundFallback: fallback.Policy(cfg.Fallbacks.Refund), StatusFallback: fallback.Policy(cfg.Fallbacks.Status),
@@ -355,7 +320,7 @@ func (a *app) wireGateways(cfg, prev *config.Config) (renewedChecks []string, er
 			return nil, fmt.Errorf("gateways.%s: %w", name, err)
 		}
 		adapters[name], clients[name] = gw, client
-		if g.Breaker.Probe == config.ProbeOutOfBand {
+		if g.Breaker.OutOfBand() {
 			pgw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, a.domains.ProbeClient(name))
 			if err != nil {
 				return nil, fmt.Errorf("gateways.%s: %w", name, err)
@@ -388,7 +353,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 		err = dryRunAdapters(next)
 	}
 	if err == nil {
-		settings, err = gatewaySettings(next) // the TLS files, read again
+		settings, err = next.GatewaySettings() // the TLS files, read again
 	}
 	if err != nil {
 		a.metrics.ConfigReloaded(false)
@@ -423,7 +388,7 @@ func (a *app) reload(how string) (config.Changes, error) {
 	a.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := a.wireGateways(next, running)
 	if err == nil {
-		err = a.router.Update(routesOf(next), a.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
+		err = a.router.Update(next.Routes, a.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the
@@ -590,27 +555,6 @@ func (a *app) closing(what string, close func() error) func() {
 			a.log.Warn("close_failed", "what", what, "err", err.Error())
 		}
 	}
-}
-
-// routesOf turns the configured routes into routing's.
-func routesOf(cfg *config.Config) []routing.Route {
-	var out []routing.Route
-	for _, r := range cfg.Routes {
-		rt := routing.Route{
-			Name: r.Name, Gateways: r.Gateways,
-			Match: routing.Match{Currency: r.Match.Currency, Country: r.Match.Country, MinAmount: r.Match.MinAmount, MaxAmount: r.Match.MaxAmount},
-		}
-		for _, g := range r.SplitOrder {
-			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
-		}
-		rt.Strategy = routing.Strategy(r.Strategy)
-		if r.Hedge != nil {
-			after, p95 := r.Hedge.Delay()
-			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
-		}
-		out = append(out, rt)
-	}
-	return out
 }
 
 // serve is `payrouter serve`: both listeners until ctx ends, then a drain of in-flight requests.

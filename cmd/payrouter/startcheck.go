@@ -26,7 +26,7 @@ func validateStart(ctx context.Context, path string, cfg *config.Config, getenv 
 	if err := telemetry.CheckTracing(ctx, getenv, telemetry.BuildVersion()); err != nil {
 		return refuse(err)
 	}
-	if _, err := gatewaySettings(cfg); err != nil {
+	if _, err := cfg.GatewaySettings(); err != nil {
 		return refuse(err)
 	}
 	if err := dryRunAdapters(cfg); err != nil {
