@@ -158,9 +158,9 @@ func applyDefaults(c *Config, present map[string]bool) {
 		c.State.DatabaseMigrate = true
 	}
 
+	given := func(path string) bool { return present[path] }
 	for name, g := range c.Gateways {
 		p := join("gateways", name)
-		given := func(path string) bool { return present[path] }
 		fillAbsent(&g.TimeoutSettings, resilience.DefaultTimeoutSettings(), p, given)
 		fillAbsent(&g.BulkheadSettings, resilience.DefaultBulkheadSettings(), p, given)
 		fillAbsent(&g.Breaker, resilience.DefaultBreakerSettings(), p+".breaker", breakerGiven(p+".breaker", present))

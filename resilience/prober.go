@@ -30,7 +30,7 @@ type ProberOptions struct {
 	Failed func(call string)
 }
 
-// Prober tests the recovery of the gateways whose breakers say OutOfBand (DESIGN.md, Breakers):
+// Prober tests the recovery of the gateways whose breakers say ProbeOutOfBand (DESIGN.md, Breakers):
 // one goroutine per gateway calls its health endpoint every ProbeInterval, and while a breaker
 // of that gateway is half-open it is the probe, not a customer's call, that closes it or opens it
 // again. Probe results never enter the customer counts: a closed breaker never opens, and an
@@ -50,7 +50,7 @@ type Prober struct {
 // probeCheck is one gateway's check; a new one (Update) restarts that gateway's prober.
 type probeCheck struct{ check HealthCheck }
 
-// NewProber returns a prober of every gateway of d whose breakers are OutOfBand and that has a
+// NewProber returns a prober of every gateway of d whose breakers are ProbeOutOfBand and that has a
 // check in checks; obs nil is NopObserver.
 func NewProber(d *Domains, checks map[string]HealthCheck, obs Observer, o ProberOptions) *Prober {
 	if obs == nil {
@@ -97,7 +97,7 @@ type probeTarget struct {
 	check *probeCheck
 }
 
-// targets returns the gateways to probe now: live, OutOfBand, with a check.
+// targets returns the gateways to probe now: live, ProbeOutOfBand, with a check.
 func (p *Prober) targets() []probeTarget {
 	p.mu.Lock()
 	defer p.mu.Unlock()
