@@ -725,12 +725,10 @@ fallbacks:
 	if err != nil {
 		t.Fatal(err) // config.Parse read the same files a moment ago
 	}
-	cooldowns := map[string]time.Duration{}
 	for _, name := range cfg.GatewayNames {
-		cooldowns[name] = cfg.Gateways[name].Breaker.Cooldown
 		metrics.InitBulkhead(name, cfg.Gateways[name].MaxConcurrent)
 	}
-	domains := resilience.NewDomains(settings, telemetry.NewObserver(metrics, log, cooldowns))
+	domains := resilience.NewDomains(settings, telemetry.NewObserver(metrics, log))
 	t.Cleanup(domains.Close)
 	adapters := map[string]payrouter.Gateway{}
 	for _, name := range cfg.GatewayNames {

@@ -244,7 +244,7 @@ func (b *Breaker) shown() State {
 // is no longer from.
 func (b *Breaker) report(from State, c Counts) {
 	if to := b.shown(); to != from {
-		b.obs.BreakerTransition(b.gateway, b.op, from, to, c)
+		b.obs.BreakerTransition(b.gateway, b.op, from, to, c, b.settings.Cooldown)
 	}
 }
 

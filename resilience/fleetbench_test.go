@@ -67,7 +67,7 @@ type openClock struct {
 	opened chan time.Time
 }
 
-func (c openClock) BreakerTransition(_ string, op payrouter.Operation, _, to resilience.State, _ resilience.Counts) {
+func (c openClock) BreakerTransition(_ string, op payrouter.Operation, _, to resilience.State, _ resilience.Counts, _ time.Duration) {
 	if op == payrouter.OpCharge && to == resilience.StateOpen {
 		select {
 		case c.opened <- time.Now():

@@ -212,15 +212,6 @@ func workerIdle(cfg *config.Config) time.Duration {
 	return idle
 }
 
-// cooldowns gives each gateway's breaker cooldown, for the transition log line.
-func cooldowns(cfg *config.Config) map[string]time.Duration {
-	out := map[string]time.Duration{}
-	for name, g := range cfg.Gateways {
-		out[name] = g.Breaker.Cooldown
-	}
-	return out
-}
-
 // newApp wires the configuration into a running set of parts, without listening yet. role names
 // the process in its origin ("serve" or "probe"); path and getenv are where reload reads.
 func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, path string, getenv func(string) string) (*app, error) {
@@ -230,7 +221,7 @@ func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, role, pat
 		clients: map[string]*http.Client{}}
 	a.live.Store(cfg)
 	a.creds = httpapi.NewAuthCredentials(cfg.Auth)
-	a.obs = telemetry.NewObserver(a.metrics, log, cooldowns(cfg))
+	a.obs = telemetry.NewObserver(a.metrics, log)
 	settings, err := cfg.GatewaySettings()
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
@@ -385,7 +376,6 @@ func (a *app) reload(how string) (config.Changes, error) {
 			changes.Gateways.Changed = append(changes.Gateways.Changed, name)
 		}
 	}
-	a.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := a.wireGateways(next, running)
 	if err == nil {
 		err = a.router.Update(next.Routes, a.adapters, fallback.Policy(next.Fallbacks.Refund), fallback.Policy(next.Fallbacks.Status))
