@@ -189,6 +189,17 @@ type BreakerRules struct {
 	Cooldown time.Duration `yaml:"cooldown"`
 }
 
+// BreakerTripRules are the yaml keys of BreakerRules' trip rules, in the order the reference
+// (docs/configuration.md) gives them; the other fields tune them. A breaker whose every trip
+// rule is 0 never trips (Trips), and a file that names none of them gets resilience's default
+// rule. A new rule is added here, to Trips, and to the breakers that apply the rules.
+var BreakerTripRules = []string{"consecutive_failures", "failures_in_window", "failure_rate"}
+
+// Trips reports whether any trip rule of r is on; a breaker with none never opens by itself.
+func (r BreakerRules) Trips() bool {
+	return r.ConsecutiveFailures > 0 || r.FailuresInWindow > 0 || r.FailureRate > 0
+}
+
 // BreakerReport is what one instance saw of one breaker's counted calls since its last report,
 // in their order compressed: Successes and Failures are totals, TrailingFailures is how many of
 // the failures came after the last success (all of them when Successes is 0).

@@ -115,9 +115,9 @@ func (c *Config) Check() Report {
 
 		b := g.Breaker
 		bp := p + ".breaker"
-		if b.ConsecutiveFailures == 0 && b.FailuresInWindow == 0 && b.FailureRate == 0 {
-			warn("%s: no trip rule (consecutive_failures, failures_in_window and failure_rate are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
-				bp, name)
+		if !b.Trips() {
+			warn("%s: no trip rule (%s are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
+				bp, listAnd(payrouter.BreakerTripRules), name)
 		}
 		if n := b.ConsecutiveFailures; n > 0 && n <= noisyConsecutive {
 			warn("%s.consecutive_failures: %d failure(s) in a row happen in normal traffic; the breaker would open on noise (5 is a common choice)", bp, n)
@@ -229,4 +229,12 @@ func fmtDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// listAnd writes names as a sentence does: "a", "a and b", "a, b and c".
+func listAnd(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -206,7 +207,7 @@ func defDuration(d *time.Duration, given bool, def time.Duration) {
 // the rate rule alone, and one that sets consecutive_failures: 0 alone has turned the breaker's
 // tripping off on purpose (`payrouter check` warns about it).
 func breakerGiven(path string, present map[string]bool) func(string) bool {
-	rules := present[path+".consecutive_failures"] || present[path+".failures_in_window"] || present[path+".failure_rate"]
+	rules := slices.ContainsFunc(payrouter.BreakerTripRules, func(key string) bool { return present[join(path, key)] })
 	return func(p string) bool {
 		return present[p] || (rules && p == path+".consecutive_failures")
 	}
