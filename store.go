@@ -165,15 +165,40 @@ type Store interface {
 	Close() error
 }
 
-// BreakerRules are the trip rules a shared store applies to the fleet's counts of one breaker:
-// the same rules each instance applies to its own (resilience.BreakerSettings), and any one trips.
+// BreakerRules are the trip rules of one breaker: each instance applies them to its own counts
+// (resilience.BreakerSettings embeds them) and a shared store to the fleet's, and any one rule
+// trips. They are gateways.<name>.breaker's keys of the same names (docs/configuration.md); the
+// defaults a file leaving a key out gets are resilience's (resilience.DefaultBreakerSettings).
+// A store is given rules whose zero values resilience has already replaced by what they mean.
 type BreakerRules struct {
-	ConsecutiveFailures int           // trip after N failures in a row, fleet-wide; 0 off
-	FailuresInWindow    int           // trip after N failures within Window; 0 off
-	FailureRate         float64       // trip at failures/answered >= rate over Window; 0 off
-	MinRequests         int           // answered calls Window must hold before FailureRate applies
-	Window              time.Duration // rolling window; 0: counts kept until the breaker opens or resets
-	Cooldown            time.Duration // how long an open breaker stays open
+	// ConsecutiveFailures trips after N failures in a row (fleet-wide, for a store); 0: off.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// FailuresInWindow trips after N failures within Window; 0: off.
+	FailuresInWindow int `yaml:"failures_in_window"`
+	// FailureRate trips when failures/answered >= rate over Window, once Window holds
+	// MinRequests answered calls; in [0, 1], 0: off. A call still in flight has no outcome and
+	// does not count: counting it would dilute the rate exactly when a gateway hangs.
+	FailureRate float64 `yaml:"failure_rate"`
+	// MinRequests is how many answered calls Window must hold before FailureRate applies; 0:
+	// resilience.DefaultMinRequests, the same as a file that leaves the key out.
+	MinRequests int `yaml:"min_requests"`
+	// Window is the rolling window of FailuresInWindow and FailureRate; 0: counts are kept until
+	// the breaker changes state (configuration files always give one: 0 is refused there).
+	Window time.Duration `yaml:"window"`
+	// Cooldown is how long an open breaker stays open before it admits trial calls; 0:
+	// resilience.DefaultCooldown.
+	Cooldown time.Duration `yaml:"cooldown"`
+}
+
+// BreakerTripRules are the yaml keys of BreakerRules' trip rules, in the order the reference
+// (docs/configuration.md) gives them; the other fields tune them. A breaker whose every trip
+// rule is 0 never trips (Trips), and a file that names none of them gets resilience's default
+// rule. A new rule is added here, to Trips, and to the breakers that apply the rules.
+var BreakerTripRules = []string{"consecutive_failures", "failures_in_window", "failure_rate"}
+
+// Trips reports whether any trip rule of r is on; a breaker with none never opens by itself.
+func (r BreakerRules) Trips() bool {
+	return r.ConsecutiveFailures > 0 || r.FailuresInWindow > 0 || r.FailureRate > 0
 }
 
 // BreakerReport is what one instance saw of one breaker's counted calls since its last report,

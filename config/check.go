@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // Report is what `payrouter check` prints about a valid configuration: the capacity arithmetic
@@ -83,7 +84,7 @@ func (c *Config) Check() Report {
 		p := join("gateways", name)
 		gc := Capacity{Gateway: name, Slots: g.MaxConcurrent, Timeout: g.Timeout, MaxWait: g.MaxWait, Rate: rate(g.MaxConcurrent, g.Timeout)}
 		for _, op := range payrouter.Operations {
-			if t := g.TimeoutFor(string(op)); t != g.Timeout {
+			if t := g.TimeoutFor(op); t != g.Timeout {
 				gc.Operations = append(gc.Operations, OperationCapacity{Operation: string(op), Timeout: t, Rate: rate(g.MaxConcurrent, t)})
 			}
 		}
@@ -115,9 +116,9 @@ func (c *Config) Check() Report {
 
 		b := g.Breaker
 		bp := p + ".breaker"
-		if b.ConsecutiveFailures == 0 && b.FailuresInWindow == 0 && b.FailureRate == 0 {
-			warn("%s: no trip rule (consecutive_failures, failures_in_window and failure_rate are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
-				bp, name)
+		if !b.Trips() {
+			warn("%s: no trip rule (%s are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
+				bp, listAnd(payrouter.BreakerTripRules), name)
 		}
 		if n := b.ConsecutiveFailures; n > 0 && n <= noisyConsecutive {
 			warn("%s.consecutive_failures: %d failure(s) in a row happen in normal traffic; the breaker would open on noise (5 is a common choice)", bp, n)
@@ -146,7 +147,7 @@ func (c *Config) Check() Report {
 
 	for i, rt := range c.Routes {
 		label := fmt.Sprintf("routes[%d] (%s)", i, display(rt.Name))
-		if rt.IsCatchAll() && i < len(c.Routes)-1 {
+		if rt.Match.All() && i < len(c.Routes)-1 {
 			var later []string
 			for _, next := range c.Routes[i+1:] {
 				later = append(later, display(next.Name))
@@ -159,17 +160,17 @@ func (c *Config) Check() Report {
 		if rt.Hedge != nil {
 			// A call cut off by its timeout answers before the hedge would start: the hedge
 			// then never runs there.
-			if after, adaptive := rt.Hedge.Delay(); !adaptive {
+			if after := rt.Hedge.After; !after.P95 {
 				for _, name := range rt.Members() {
-					if t := c.Gateways[name].TimeoutFor(string(payrouter.OpCharge)); t <= after {
+					if t := c.Gateways[name].TimeoutFor(payrouter.OpCharge); t <= after.Delay {
 						warn("%s: hedge.after %s is not shorter than %s's charge timeout %s; a charge there ends before a hedge could start",
-							label, fmtDuration(after), name, fmtDuration(t))
+							label, fmtDuration(after.Delay), name, fmtDuration(t))
 					}
 				}
 			}
 		}
-		if rt.Strategy == StrategySuccessRate && len(rt.Members()) < 2 {
-			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, StrategySuccessRate)
+		if rt.Strategy == routing.SuccessRate && len(rt.Members()) < 2 {
+			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, routing.SuccessRate)
 		}
 	}
 	return r
@@ -229,4 +230,12 @@ func fmtDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// listAnd writes names as a sentence does: "a", "a and b", "a, b and c".
+func listAnd(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

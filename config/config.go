@@ -4,11 +4,14 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // Config is one payrouter configuration file, with defaults applied and validated.
@@ -21,9 +24,10 @@ type Config struct {
 	Idempotency    Idempotency        `yaml:"idempotency"`
 	Gateways       map[string]Gateway `yaml:"gateways"` // keyed by name; the name labels metrics and admin paths
 	// GatewayNames lists the keys of Gateways in the order the file gives them.
-	GatewayNames []string  `yaml:"-"`
-	Routes       []Route   `yaml:"routes"`
-	Fallbacks    Fallbacks `yaml:"fallbacks"`
+	GatewayNames []string `yaml:"-"`
+	// Routes are package routing's own (routing.Route); the first matching route wins.
+	Routes    []routing.Route `yaml:"routes"`
+	Fallbacks Fallbacks       `yaml:"fallbacks"`
 
 	// The listeners' own settings (docs/tls.md): HTTPS (nil: plain HTTP), the most connections
 	// open at once, and how long a keep-alive connection may sit idle. The admin_ keys are the
@@ -132,17 +136,18 @@ type Idempotency struct {
 	TTL time.Duration `yaml:"ttl"` // how long a completed answer is kept; default 24h
 }
 
-// Gateway is one configured gateway.
+// Gateway is one configured gateway: its adapter and connections here, and the settings of the
+// policies its calls go through, each owned by package resilience (the timeout, the bulkhead and
+// the breaker), with their defaults and zero values documented there.
 type Gateway struct {
-	Kind          string            `yaml:"kind"`     // adapter: paywell | ding | tranglo
-	BaseURL       string            `yaml:"base_url"` // absolute http(s) URL
-	Credentials   map[string]string `yaml:"credentials"`
-	Timeout       time.Duration     `yaml:"timeout"`        // per call; default 3s
-	MaxConcurrent int               `yaml:"max_concurrent"` // bulkhead slots; default 20
-	MaxWait       time.Duration     `yaml:"max_wait"`       // wait for a slot; default 0
-	Breaker       Breaker           `yaml:"breaker"`
-	// Operations overrides settings per operation (charge, capture, void, refund, status).
-	Operations map[string]OperationOverride `yaml:"operations"`
+	Kind        string            `yaml:"kind"`     // adapter: paywell | ding | tranglo
+	BaseURL     string            `yaml:"base_url"` // absolute http(s) URL
+	Credentials map[string]string `yaml:"credentials"`
+	// TimeoutSettings are timeout and operations.<op>.timeout.
+	resilience.TimeoutSettings `yaml:",inline"`
+	// BulkheadSettings are max_concurrent and max_wait.
+	resilience.BulkheadSettings `yaml:",inline"`
+	Breaker                     resilience.BreakerSettings `yaml:"breaker"`
 	// TLS configures the connections to an https:// gateway; the zero value is the system's CA
 	// pool, no client certificate, TLS 1.2 at least.
 	TLS GatewayTLS `yaml:"tls"`
@@ -180,71 +185,29 @@ func (t GatewayTLS) configured() bool {
 	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || (t.MinVersion != "" && t.MinVersion != gatewayhttp.TLS12)
 }
 
-// OperationOverride changes one operation's settings of a gateway.
-type OperationOverride struct {
-	Timeout time.Duration `yaml:"timeout"` // 0: the gateway's timeout
-}
-
-// TimeoutFor returns the timeout of one operation of the gateway.
-func (g Gateway) TimeoutFor(op string) time.Duration {
-	if o, ok := g.Operations[op]; ok && o.Timeout > 0 {
-		return o.Timeout
-	}
-	return g.Timeout
-}
-
-// Probe modes of a breaker.
-const (
-	ProbeInBand    = "in_band"     // trial calls in half-open are real customer calls
-	ProbeOutOfBand = "out_of_band" // a prober calls the gateway's health endpoint instead
-)
-
-// Breaker holds the trip rules of one gateway's breakers (one per operation).
-type Breaker struct {
-	ConsecutiveFailures int           `yaml:"consecutive_failures"` // trip after N failures in a row; 0 off; default 5
-	FailuresInWindow    int           `yaml:"failures_in_window"`   // trip after N failures within Window; 0 off
-	FailureRate         float64       `yaml:"failure_rate"`         // trip at failures/requests >= rate over Window; 0 off; (0,1]
-	MinRequests         int           `yaml:"min_requests"`         // the rate counts once Window holds this many; default 20
-	Window              time.Duration `yaml:"window"`               // rolling window; default 30s
-	Cooldown            time.Duration `yaml:"cooldown"`             // open this long, then half-open; default 30s
-	HalfOpenRequests    int           `yaml:"half_open_requests"`   // trial calls in half-open; default 1
-	Probe               string        `yaml:"probe"`                // in_band (default) | out_of_band
-	ProbeInterval       time.Duration `yaml:"probe_interval"`       // default 5s
-	ProbeTimeout        time.Duration `yaml:"probe_timeout"`        // one probe's limit; default 2s, at most probe_interval
-}
-
-// Route sends matching charges to its gateways; the first matching route wins.
-type Route struct {
-	Name     string         `yaml:"name"`
-	Match    Match          `yaml:"match"`
-	Gateways []string       `yaml:"gateways"` // tried in order
-	Split    map[string]int `yaml:"split"`    // weighted first choice, the rest in listed order
-	// SplitOrder lists the keys of Split in the order the file gives them.
-	SplitOrder []string `yaml:"-"`
-	Hedge      *Hedge   `yaml:"hedge"` // nil: no hedging
-	// Strategy orders the gateways: ordered (default: as listed, or split's weighted draw) or
-	// success_rate (the gateway approving the largest share of its recent authorizations first).
-	Strategy string `yaml:"strategy"`
-}
-
-// Match selects charges; fields combine with AND, a field's list with OR; empty matches all.
-type Match struct {
-	Currency  []string `yaml:"currency"`
-	Country   []string `yaml:"country"`
-	MinAmount int64    `yaml:"min_amount"` // 0: no lower bound
-	MaxAmount int64    `yaml:"max_amount"` // 0: no upper bound
-}
-
-// Hedge starts a second gateway when the first is slower than After. Both only authorize: the
-// first approval is kept (and captured when the charge asks it), every other one voided.
-type Hedge struct {
-	After string `yaml:"after"` // a duration ("800ms") or "p95"
-	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges:
-	// 0.1 lets at most one charge in ten be hedged. In (0, 1]; default 0.1.
-	Budget float64 `yaml:"budget"`
-}
-
 // Fallbacks chooses what each operation does when no gateway can take it: fallback.Settings,
 // whose package says what each policy does (charge: fail; refund: queue | fail; status:
 // degrade | fail).
 type Fallbacks = fallback.Settings
+
+// GatewaySettings returns the failure-domain settings of every gateway, in file order: the
+// policies' settings as the file gives them, the endpoint their breakers and connections
+// measure, and the TLS configuration. It reads each gateway's TLS files again (Parse checked
+// them; a reload must see a rotated certificate), so it fails when one has become unreadable
+// since.
+func (c *Config) GatewaySettings() ([]resilience.GatewaySettings, error) {
+	var out []resilience.GatewaySettings
+	for _, name := range c.GatewayOrder() {
+		g := c.Gateways[name]
+		tlsConfig, fingerprint, err := g.TLS.ClientTLS().Load()
+		if err != nil {
+			return nil, fmt.Errorf("gateways.%s.tls: %w", name, err)
+		}
+		out = append(out, resilience.GatewaySettings{
+			Name: name, Endpoint: g.Kind + " " + g.BaseURL,
+			TimeoutSettings: g.TimeoutSettings, BulkheadSettings: g.BulkheadSettings, Breaker: g.Breaker,
+			TLS: tlsConfig, TLSFingerprint: fingerprint,
+		})
+	}
+	return out, nil
+}

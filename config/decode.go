@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/payrouter/payrouter/routing"
 )
 
 // decoder fills a Config from a parsed YAML tree, strictly. It replaces yaml.v3's own decoding
@@ -36,6 +39,8 @@ const decodeBudget = 200_000
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	apiKeyType   = reflect.TypeFor[APIKey]()
+	weightsType  = reflect.TypeFor[[]routing.Weight]()
+	textType     = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 func newDecoder() *decoder {
@@ -98,6 +103,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) bool {
 		// A plain string is the key alone: every right, the scope from its digest.
 		v.FieldByName("Key").SetString(n.Value)
 		return true
+	case v.Type() == weightsType:
+		return d.weights(n, v, path)
+	case reflect.PointerTo(v.Type()).Implements(textType):
+		return d.text(n, v, path)
 	}
 	switch v.Kind() {
 	case reflect.Struct:
@@ -142,6 +151,41 @@ func follow(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// text decodes a scalar into a type that reads itself (encoding.TextUnmarshaler), such as
+// routing.HedgeAfter; its error says what the value must be, and the line adds what it was.
+func (d *decoder) text(n *yaml.Node, v reflect.Value, path string) bool {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n, path, "want a string, got %s", d.show(n, path))
+		return false
+	}
+	if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(strings.TrimSpace(n.Value))); err != nil {
+		d.fail(n, path, "%v, got %s", err, d.show(n, path))
+		return false
+	}
+	return true
+}
+
+// weights decodes a mapping of gateway names to weights (a route's split) into routing.Weight
+// values in the file's order, which a Go map would lose.
+func (d *decoder) weights(n *yaml.Node, v reflect.Value, path string) bool {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, "want a mapping of names, got %s", d.show(n, path))
+		return false
+	}
+	var out []routing.Weight
+	for _, p := range d.pairs(n, path, 0) {
+		w := routing.Weight{Gateway: p.key.Value}
+		child := join(path, p.key.Value)
+		if d.decode(p.value, reflect.ValueOf(&w.Weight).Elem(), child) {
+			d.present[child] = true
+		}
+		// Kept even when bad, so validation can name what the entry lacks.
+		out = append(out, w)
+	}
+	v.Set(reflect.ValueOf(out))
+	return true
 }
 
 func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) bool {
@@ -237,14 +281,14 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) bool {
 	fields, names := fieldsOf(v.Type())
 	for _, p := range d.pairs(n, path, 0) {
 		key := p.key.Value
-		i, ok := fields[key]
+		index, ok := fields[key]
 		if !ok {
 			// Not marked bad: a misspelt key says nothing about the keys beside it.
 			d.report(p.key, path, "unknown key %q%s", key, suggest(key, names))
 			continue
 		}
 		child := join(path, key)
-		if d.decode(p.value, v.Field(i), child) {
+		if d.decode(p.value, v.FieldByIndex(index), child) {
 			d.present[child] = true
 		}
 	}
@@ -427,20 +471,30 @@ func validName(name string) bool {
 	return true
 }
 
-// fieldsOf maps the YAML names of a struct's fields to their index, and lists the names.
-func fieldsOf(t reflect.Type) (map[string]int, []string) {
-	fields := map[string]int{}
+// fieldsOf maps the YAML names of a struct's fields to their index, and lists the names. The
+// fields of an embedded struct tagged `yaml:",inline"` are the struct's own keys: a policy's
+// settings type (resilience.BreakerSettings embeds payrouter.BreakerRules) shares its section.
+func fieldsOf(t reflect.Type) (map[string][]int, []string) {
+	fields := map[string][]int{}
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if f.Anonymous && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			inner, innerNames := fieldsOf(f.Type)
+			for _, n := range innerNames {
+				fields[n] = append([]int{i}, inner[n]...)
+			}
+			names = append(names, innerNames...)
 			continue
 		}
 		if name == "" {
 			name = strings.ToLower(f.Name)
 		}
-		fields[name] = i
+		fields[name] = []int{i}
 		names = append(names, name)
 	}
 	return fields, names

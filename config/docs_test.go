@@ -76,7 +76,7 @@ func schemaKeys(t *testing.T, typ reflect.Type, prefix string, out map[string]bo
 		if prefix != "" {
 			path = prefix + "." + key
 		}
-		schemaValue(t, typ.Field(i).Type, path, out)
+		schemaValue(t, typ.FieldByIndex(i).Type, path, out)
 	}
 }
 
@@ -85,7 +85,9 @@ func schemaValue(t *testing.T, typ reflect.Type, path string, out map[string]boo
 		typ = typ.Elem()
 	}
 	switch {
-	case typ == reflect.TypeFor[time.Duration]():
+	case typ == reflect.TypeFor[time.Duration](), typ == weightsType, reflect.PointerTo(typ).Implements(textType):
+		// Values the decoder reads whole: a duration, a split's mapping of weights, a type that
+		// reads itself from text (hedge.after).
 		out[path] = true
 	case typ.Kind() == reflect.Struct:
 		out[path] = false
@@ -216,11 +218,13 @@ func lookup(v reflect.Value, path string) (reflect.Value, bool) {
 
 func fieldByTag(typ reflect.Type, key string) (reflect.StructField, bool) {
 	fields, _ := fieldsOf(typ)
-	i, ok := fields[key]
+	index, ok := fields[key]
 	if !ok {
 		return reflect.StructField{}, false
 	}
-	return typ.Field(i), true
+	f := typ.FieldByIndex(index)
+	f.Index = index // the path from typ, through inline fields
+	return f, true
 }
 
 // render writes a value as the reference does: durations as a person would ("9480h", "75s").
@@ -256,9 +260,9 @@ func TestConfigurationDocReload(t *testing.T) {
 	typ := reflect.TypeFor[Config]()
 	fields, _ := fieldsOf(typ)
 	for key, i := range fields {
-		f := typ.Field(i)
+		f := typ.FieldByIndex(i)
 		next := *base
-		perturb(reflect.ValueOf(&next).Elem().Field(i))
+		perturb(reflect.ValueOf(&next).Elem().FieldByIndex(i))
 		ch := Diff(base, &next)
 		if ch.None() {
 			t.Errorf("Diff sees no change when %s changes: a reload would neither apply it nor say it needs a restart", key)

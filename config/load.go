@@ -13,29 +13,25 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
-// Defaults of docs/configuration.md. A key the file leaves out takes its default; a key the
-// file gives, even as 0, keeps the file's value, so "consecutive_failures: 0" can mean "off".
+// Defaults of docs/configuration.md that are config's own. A key the file leaves out takes its
+// default; a key the file gives, even as 0, keeps the file's value, so "consecutive_failures: 0"
+// can mean "off". The defaults of the policies' settings are their packages' (resilience's
+// timeout, bulkhead and breaker; routing's routes and hedges), filled in by fillAbsent.
 const (
-	defaultListen           = "127.0.0.1:8080"
-	defaultAdminListen      = "127.0.0.1:9090"
-	defaultRequestTimeout   = 10 * time.Second
-	defaultIdempotencyTTL   = 24 * time.Hour
-	defaultGatewayTimeout   = 3 * time.Second
-	defaultMaxConcurrent    = 20
-	defaultConsecutiveFails = 5
-	defaultMinRequests      = 20
-	defaultWindow           = 30 * time.Second
-	defaultCooldown         = 30 * time.Second
-	defaultHalfOpenRequests = 1
-	defaultProbeInterval    = 5 * time.Second
-	defaultProbeTimeout     = 2 * time.Second
-	defaultRedisTimeout     = 100 * time.Millisecond
-	defaultDatabaseTimeout  = 800 * time.Millisecond
-	defaultRouteName        = "default"
+	defaultListen          = "127.0.0.1:8080"
+	defaultAdminListen     = "127.0.0.1:9090"
+	defaultRequestTimeout  = 10 * time.Second
+	defaultIdempotencyTTL  = 24 * time.Hour
+	defaultRedisTimeout    = 100 * time.Millisecond
+	defaultDatabaseTimeout = 800 * time.Millisecond
+	defaultRouteName       = "default"
 )
 
 // Fallback choices (docs/configuration.md, fallbacks): package fallback's policies.
@@ -43,20 +39,6 @@ const (
 	FallbackFail    = fallback.Fail    // answer at once: 503 with Retry-After
 	FallbackQueue   = fallback.Queue   // keep the operation durably and send it later (refunds)
 	FallbackDegrade = fallback.Degrade // answer the last known status, marked stale
-)
-
-// HedgeP95 is the hedge.after value that hedges at the gateway's observed 95th percentile
-// latency instead of a fixed delay.
-const HedgeP95 = "p95"
-
-// DefaultHedgeBudget is hedge.budget when the file leaves it out: hedges add at most 10% more
-// gateway calls than the route has charges.
-const DefaultHedgeBudget = 0.1
-
-// Route strategies (routes[].strategy).
-const (
-	StrategyOrdered     = "ordered"      // the listed order, or split's weighted first choice
-	StrategySuccessRate = "success_rate" // the gateway approving the most of its recent authorizations first
 )
 
 // ValidationError lists every problem of a configuration, one line each, naming the field path
@@ -130,9 +112,6 @@ func decodeConfig(text []byte, getenv func(string) string) (*Config, *decoder, e
 		d.decode(root.Content[0], reflect.ValueOf(c).Elem(), "")
 	}
 	c.GatewayNames = d.order["gateways"]
-	for i := range c.Routes {
-		c.Routes[i].SplitOrder = d.order[fmt.Sprintf("routes[%d].split", i)]
-	}
 	return c, d, nil
 }
 
@@ -181,32 +160,12 @@ func applyDefaults(c *Config, present map[string]bool) {
 		c.State.DatabaseMigrate = true
 	}
 
+	given := func(path string) bool { return present[path] }
 	for name, g := range c.Gateways {
-		p := join("gateways", name) + "."
-		defDuration(&g.Timeout, present[p+"timeout"], defaultGatewayTimeout)
-		if !present[p+"max_concurrent"] {
-			g.MaxConcurrent = defaultMaxConcurrent
-		}
-		b := &g.Breaker
-		p += "breaker."
-		// The default trip rule applies only when the file names no rule at all: a file that
-		// sets failure_rate alone means the rate rule alone, and one that sets
-		// consecutive_failures: 0 alone has turned the breaker's tripping off on purpose
-		// (`payrouter check` warns about it).
-		if !present[p+"consecutive_failures"] && !present[p+"failures_in_window"] && !present[p+"failure_rate"] {
-			b.ConsecutiveFailures = defaultConsecutiveFails
-		}
-		if !present[p+"min_requests"] {
-			b.MinRequests = defaultMinRequests
-		}
-		defDuration(&b.Window, present[p+"window"], defaultWindow)
-		defDuration(&b.Cooldown, present[p+"cooldown"], defaultCooldown)
-		if !present[p+"half_open_requests"] {
-			b.HalfOpenRequests = defaultHalfOpenRequests
-		}
-		defString(&b.Probe, ProbeInBand)
-		defDuration(&b.ProbeInterval, present[p+"probe_interval"], defaultProbeInterval)
-		defDuration(&b.ProbeTimeout, present[p+"probe_timeout"], defaultProbeTimeout)
+		p := join("gateways", name)
+		fillAbsent(&g.TimeoutSettings, resilience.DefaultTimeoutSettings(), p, given)
+		fillAbsent(&g.BulkheadSettings, resilience.DefaultBulkheadSettings(), p, given)
+		fillAbsent(&g.Breaker, resilience.DefaultBreakerSettings(), p+".breaker", breakerGiven(p+".breaker", present))
 		defString(&g.TLS.MinVersion, gatewayhttp.TLS12)
 		c.Gateways[name] = g
 	}
@@ -214,13 +173,15 @@ func applyDefaults(c *Config, present map[string]bool) {
 	// Without routes every charge goes to every gateway, in the order the file lists them: the
 	// smallest useful configuration needs no routing section.
 	if len(c.Routes) == 0 && len(c.GatewayNames) > 0 {
-		c.Routes = []Route{{Name: defaultRouteName, Gateways: slices.Clone(c.GatewayNames)}}
+		c.Routes = []routing.Route{{Name: defaultRouteName, Gateways: slices.Clone(c.GatewayNames)}}
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		defString(&r.Strategy, StrategyOrdered)
+		if strings.TrimSpace(string(r.Strategy)) == "" {
+			r.Strategy = routing.Ordered
+		}
 		if r.Hedge != nil && !present[fmt.Sprintf("routes[%d].hedge.budget", i)] {
-			r.Hedge.Budget = DefaultHedgeBudget
+			r.Hedge.Budget = routing.DefaultHedgeBudget
 		}
 	}
 
@@ -240,33 +201,35 @@ func defDuration(d *time.Duration, given bool, def time.Duration) {
 	}
 }
 
-// Members returns the gateways a route may call, in the order the file lists them: the
-// gateways list, or the keys of split.
-func (r Route) Members() []string {
-	if len(r.Gateways) > 0 {
-		return r.Gateways
+// breakerGiven is given for a gateway's breaker section at path, except that the default trip
+// rule applies only when the file names no rule at all: a file that sets failure_rate alone means
+// the rate rule alone, and one that sets consecutive_failures: 0 alone has turned the breaker's
+// tripping off on purpose (`payrouter check` warns about it).
+func breakerGiven(path string, present map[string]bool) func(string) bool {
+	rules := slices.ContainsFunc(payrouter.BreakerTripRules, func(key string) bool { return present[join(path, key)] })
+	return func(p string) bool {
+		return present[p] || (rules && p == path+".consecutive_failures")
 	}
-	if len(r.SplitOrder) == len(r.Split) {
-		return r.SplitOrder
-	}
-	// A Route built in code has no SplitOrder; sorted keys keep the answer deterministic.
-	return sortedKeys(r.Split)
 }
 
-// IsCatchAll reports whether the route matches every charge (it has no match fields).
-func (r Route) IsCatchAll() bool {
-	m := r.Match
-	return len(m.Currency) == 0 && len(m.Country) == 0 && m.MinAmount == 0 && m.MaxAmount == 0
-}
-
-// Delay returns the fixed hedging delay, or adaptive true when After is "p95" and the delay is
-// the gateway's observed 95th percentile latency. It assumes a validated Hedge.
-func (h Hedge) Delay() (d time.Duration, adaptive bool) {
-	if h.After == HedgeP95 {
-		return 0, true
+// fillAbsent gives each key of the section at path that the file leaves out (given false) the
+// value def has, def being the defaults of the policy that owns the section's type; dst points
+// to a struct of the same type. The keys are the decoder's (fieldsOf), inline fields' included.
+// A string the file leaves empty takes its default too, as defString.
+func fillAbsent[T any](dst *T, def T, path string, given func(string) bool) {
+	v, d := reflect.ValueOf(dst).Elem(), reflect.ValueOf(def)
+	fields, _ := fieldsOf(v.Type())
+	for key, index := range fields {
+		f, df := v.FieldByIndex(index), d.FieldByIndex(index)
+		switch {
+		case f.Kind() == reflect.String:
+			if strings.TrimSpace(f.String()) == "" {
+				f.Set(df)
+			}
+		case !given(join(path, key)) && !df.IsZero():
+			f.Set(df)
+		}
 	}
-	d, _ = time.ParseDuration(h.After)
-	return d, false
 }
 
 // GatewayOrder returns the gateway names in file order. A Config built in code, without
@@ -287,8 +250,8 @@ func (c *Config) GatewayOrder() []string {
 	return sortedKeys(c.Gateways)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}

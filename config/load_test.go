@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // testKinds stands in for gateways.Kinds(), which config must not import.
@@ -109,10 +113,12 @@ gateways:
   b: {kind: ding, base_url: "http://127.0.0.1:1"}
   a: {kind: paywell, base_url: "https://pay.example"}
 `)
-	defBreaker := Breaker{
-		ConsecutiveFailures: 5, MinRequests: 20, Window: 30 * time.Second, Cooldown: 30 * time.Second,
-		HalfOpenRequests: 1, Probe: ProbeInBand, ProbeInterval: 5 * time.Second, ProbeTimeout: 2 * time.Second,
+	defBreaker := resilience.BreakerSettings{
+		BreakerRules:     payrouter.BreakerRules{ConsecutiveFailures: 5, MinRequests: 20, Window: 30 * time.Second, Cooldown: 30 * time.Second},
+		HalfOpenRequests: 1, Probe: resilience.ProbeInBand, ProbeInterval: 5 * time.Second, ProbeTimeout: 2 * time.Second,
 	}
+	timeout := resilience.TimeoutSettings{Timeout: 3 * time.Second}
+	bulkhead := resilience.BulkheadSettings{MaxConcurrent: 20}
 	want := &Config{
 		Listen:         "127.0.0.1:8080",
 		AdminListen:    "127.0.0.1:9090",
@@ -122,11 +128,11 @@ gateways:
 			Retention: 395 * 24 * time.Hour, MaxCharges: 100_000},
 		Idempotency: Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
-			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
-			"a": {Kind: "paywell", BaseURL: "https://pay.example", Timeout: 3 * time.Second, MaxConcurrent: 20, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
+			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", TimeoutSettings: timeout, BulkheadSettings: bulkhead, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
+			"a": {Kind: "paywell", BaseURL: "https://pay.example", TimeoutSettings: timeout, BulkheadSettings: bulkhead, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},
 		},
 		GatewayNames: []string{"b", "a"},
-		Routes:       []Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: StrategyOrdered}},
+		Routes:       []routing.Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: routing.Ordered}},
 		Fallbacks:    Fallbacks{Charge: FallbackFail, Refund: FallbackQueue, Status: FallbackDegrade},
 
 		MaxConnections: 4096, IdleTimeout: 75 * time.Second,
@@ -145,23 +151,25 @@ func TestExplicitZeroVersusAbsent(t *testing.T) {
 	tests := []struct {
 		name    string
 		breaker string // replaces the paywell breaker's body
-		check   func(b Breaker) bool
+		check   func(b resilience.BreakerSettings) bool
 		want    string
 	}{
 		{"no rule given: default consecutive_failures", "      cooldown: 30s\n",
-			func(b Breaker) bool {
+			func(b resilience.BreakerSettings) bool {
 				return b.ConsecutiveFailures == 5 && b.FailuresInWindow == 0 && b.FailureRate == 0
 			}, "5/0/0"},
 		{"explicit 0 alone is off", "      consecutive_failures: 0\n      cooldown: 30s\n",
-			func(b Breaker) bool { return b.ConsecutiveFailures == 0 }, "consecutive_failures 0"},
+			func(b resilience.BreakerSettings) bool { return b.ConsecutiveFailures == 0 }, "consecutive_failures 0"},
 		{"failure_rate alone: no consecutive rule", "      failure_rate: 0.5\n      cooldown: 30s\n",
-			func(b Breaker) bool { return b.ConsecutiveFailures == 0 && b.FailureRate == 0.5 && b.MinRequests == 20 }, "0/0/0.5, min 20"},
+			func(b resilience.BreakerSettings) bool {
+				return b.ConsecutiveFailures == 0 && b.FailureRate == 0.5 && b.MinRequests == 20
+			}, "0/0/0.5, min 20"},
 		{"failures_in_window alone", "      failures_in_window: 10\n      cooldown: 30s\n",
-			func(b Breaker) bool { return b.ConsecutiveFailures == 0 && b.FailuresInWindow == 10 }, "0/10/0"},
+			func(b resilience.BreakerSettings) bool { return b.ConsecutiveFailures == 0 && b.FailuresInWindow == 10 }, "0/10/0"},
 		{"min_requests 0 without a rate", "      min_requests: 0\n      cooldown: 30s\n",
-			func(b Breaker) bool { return b.MinRequests == 0 && b.ConsecutiveFailures == 5 }, "min_requests 0"},
+			func(b resilience.BreakerSettings) bool { return b.MinRequests == 0 && b.ConsecutiveFailures == 5 }, "min_requests 0"},
 		{"empty probe takes the default", "      probe: \"\"\n      cooldown: 30s\n",
-			func(b Breaker) bool { return b.Probe == ProbeInBand }, "in_band"},
+			func(b resilience.BreakerSettings) bool { return b.Probe == resilience.ProbeInBand }, "in_band"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,11 +228,14 @@ routes:
 	if want := []string{"zeta", "alpha", "mid"}; !slices.Equal(c.GatewayNames, want) || !slices.Equal(c.GatewayOrder(), want) {
 		t.Errorf("GatewayNames = %q, GatewayOrder() = %q, want %q", c.GatewayNames, c.GatewayOrder(), want)
 	}
-	if want := []string{"mid", "zeta", "alpha"}; !slices.Equal(c.Routes[0].SplitOrder, want) || !slices.Equal(c.Routes[0].Members(), want) {
-		t.Errorf("routes[0].SplitOrder = %q, Members() = %q, want %q", c.Routes[0].SplitOrder, c.Routes[0].Members(), want)
+	if want := []routing.Weight{{Gateway: "mid", Weight: 1}, {Gateway: "zeta", Weight: 5}, {Gateway: "alpha", Weight: 2}}; !slices.Equal(c.Routes[0].Split, want) {
+		t.Errorf("routes[0].Split = %v, want %v", c.Routes[0].Split, want)
 	}
-	if want := []string{"alpha", "mid"}; !slices.Equal(c.Routes[1].SplitOrder, want) {
-		t.Errorf("routes[1].SplitOrder = %q, want %q", c.Routes[1].SplitOrder, want)
+	if want := []string{"mid", "zeta", "alpha"}; !slices.Equal(c.Routes[0].Members(), want) {
+		t.Errorf("routes[0].Members() = %q, want %q", c.Routes[0].Members(), want)
+	}
+	if want := []string{"alpha", "mid"}; !slices.Equal(c.Routes[1].Members(), want) {
+		t.Errorf("routes[1].Members() = %q, want %q", c.Routes[1].Members(), want)
 	}
 
 	t.Run("default route follows the file", func(t *testing.T) {
@@ -235,7 +246,7 @@ gateways:
   alpha: {kind: paywell, base_url: "http://127.0.0.1:2"}
 routes: []
 `)
-		want := []Route{{Name: "default", Gateways: []string{"zeta", "alpha"}, Strategy: StrategyOrdered}}
+		want := []routing.Route{{Name: "default", Gateways: []string{"zeta", "alpha"}, Strategy: routing.Ordered}}
 		if !reflect.DeepEqual(c.Routes, want) {
 			t.Errorf("routes = %+v, want %+v", c.Routes, want)
 		}
@@ -244,10 +255,6 @@ routes: []
 		c := &Config{Gateways: map[string]Gateway{"b": {}, "a": {}}}
 		if got := c.GatewayOrder(); !slices.Equal(got, []string{"a", "b"}) {
 			t.Errorf("GatewayOrder() = %q, want sorted", got)
-		}
-		r := Route{Split: map[string]int{"b": 1, "a": 1}}
-		if got := r.Members(); !slices.Equal(got, []string{"a", "b"}) {
-			t.Errorf("Members() = %q, want sorted", got)
 		}
 	})
 }
@@ -377,18 +384,6 @@ func TestMergeKeys(t *testing.T) {
 	}
 }
 
-func TestRouteHelpers(t *testing.T) {
-	if !(Route{}).IsCatchAll() || (Route{Match: Match{MaxAmount: 5}}).IsCatchAll() {
-		t.Error("IsCatchAll: want true only without match fields")
-	}
-	if d, adaptive := (Hedge{After: "800ms"}).Delay(); d != 800*time.Millisecond || adaptive {
-		t.Errorf("Delay(800ms) = %v, %v", d, adaptive)
-	}
-	if d, adaptive := (Hedge{After: HedgeP95}).Delay(); d != 0 || !adaptive {
-		t.Errorf("Delay(p95) = %v, %v", d, adaptive)
-	}
-}
-
 // demoEnv is the environment scripts/run-demo.sh gives `make run`: the demo secrets, passed
 // explicitly (cmd/payrouter's TestRunDemoScript reads them from the script itself).
 var demoEnv = map[string]string{
@@ -449,7 +444,7 @@ func TestDemoConfig(t *testing.T) {
 	if !slices.Equal(names, []string{"asia", "big-tickets", "default"}) {
 		t.Errorf("routes = %q", names)
 	}
-	if got := c.Routes[1].SplitOrder; !slices.Equal(got, []string{"paywell", "ding"}) {
+	if got := c.Routes[1].Members(); !slices.Equal(got, []string{"paywell", "ding"}) {
 		t.Errorf("big-tickets split order = %q", got)
 	}
 	// On loopback the demo secrets are allowed, and check says so, one line for each.

@@ -73,7 +73,7 @@ func (c *Config) Summary() []GatewaySummary {
 				Window:              fmtDuration(g.Breaker.Window),
 				Cooldown:            fmtDuration(g.Breaker.Cooldown),
 				HalfOpenRequests:    g.Breaker.HalfOpenRequests,
-				Probe:               g.Breaker.Probe,
+				Probe:               string(g.Breaker.Probe),
 				ProbeInterval:       fmtDuration(g.Breaker.ProbeInterval),
 				ProbeTimeout:        fmtDuration(g.Breaker.ProbeTimeout),
 			},
@@ -84,7 +84,7 @@ func (c *Config) Summary() []GatewaySummary {
 				ServerName: g.TLS.ServerName, MinVersion: g.TLS.MinVersion}
 		}
 		for _, op := range payrouter.Operations {
-			if o, ok := g.Operations[string(op)]; ok && o.Timeout > 0 {
+			if o, ok := g.Operations[op]; ok && o.Timeout > 0 {
 				if s.OperationTimeouts == nil {
 					s.OperationTimeouts = map[string]string{}
 				}

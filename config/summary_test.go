@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/payrouter/payrouter/resilience"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -108,7 +110,7 @@ func TestSummary(t *testing.T) {
 	}
 	pw := got[0]
 	if pw.Kind != "paywell" || pw.Timeout != "3s" || pw.MaxConcurrent != 20 || pw.MaxWait != "0s" ||
-		pw.OperationTimeouts["refund"] != "5s" || pw.Breaker.ConsecutiveFailures != 5 || pw.Breaker.Cooldown != "30s" || pw.Breaker.Probe != ProbeInBand {
+		pw.OperationTimeouts["refund"] != "5s" || pw.Breaker.ConsecutiveFailures != 5 || pw.Breaker.Cooldown != "30s" || pw.Breaker.Probe != string(resilience.ProbeInBand) {
 		t.Errorf("paywell summary = %+v", pw)
 	}
 	if want := "https://redacted@127.0.0.1:9102/v1"; got[1].BaseURL != want {

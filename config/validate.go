@@ -12,6 +12,8 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // Validate checks a Config that already holds its defaults (Parse does both) and returns every
@@ -194,11 +196,11 @@ func (v *validator) gateways(kinds []string) {
 			v.addf(p+".max_wait", "must be >= 0")
 		}
 		for _, op := range sortedKeys(g.Operations) {
-			if !slices.Contains(payrouter.Operations, payrouter.Operation(op)) {
-				v.addf(join(p+".operations", op), "unknown operation (known: %s)", operationList())
+			if !slices.Contains(payrouter.Operations, op) {
+				v.addf(join(p+".operations", string(op)), "unknown operation (known: %s)", operationList())
 			}
 			if g.Operations[op].Timeout < 0 {
-				v.addf(join(p+".operations", op)+".timeout", "must be >= 0 (0: the gateway's timeout)")
+				v.addf(join(p+".operations", string(op))+".timeout", "must be >= 0 (0: the gateway's timeout)")
 			}
 		}
 		v.breaker(p+".breaker", g.Breaker)
@@ -233,7 +235,7 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (v *validator) breaker(p string, b Breaker) {
+func (v *validator) breaker(p string, b resilience.BreakerSettings) {
 	if b.ConsecutiveFailures < 0 {
 		v.addf(p+".consecutive_failures", "must be >= 0 (0: off)")
 	}
@@ -255,8 +257,8 @@ func (v *validator) breaker(p string, b Breaker) {
 	if b.HalfOpenRequests < 1 {
 		v.addf(p+".half_open_requests", "must be >= 1")
 	}
-	if b.Probe != ProbeInBand && b.Probe != ProbeOutOfBand {
-		v.addf(p+".probe", "must be %s or %s, got %s", ProbeInBand, ProbeOutOfBand, v.show(p+".probe", b.Probe))
+	if b.Probe != resilience.ProbeInBand && b.Probe != resilience.ProbeOutOfBand {
+		v.addf(p+".probe", "must be %s or %s, got %s", resilience.ProbeInBand, resilience.ProbeOutOfBand, v.show(p+".probe", string(b.Probe)))
 	}
 	v.positive(p+".probe_interval", b.ProbeInterval)
 	v.positive(p+".probe_timeout", b.ProbeTimeout)
@@ -299,12 +301,12 @@ func (v *validator) routes() {
 		}
 		// With gateways as well, split is refused above; its names need no second complaint.
 		if len(r.Gateways) == 0 {
-			for _, name := range r.Members() {
-				if _, ok := c.Gateways[name]; !ok {
-					v.addf(p, "split: gateway %q is not configured", name)
+			for _, w := range r.Split {
+				if _, ok := c.Gateways[w.Gateway]; !ok {
+					v.addf(p, "split: gateway %q is not configured", w.Gateway)
 				}
-				if w := r.Split[name]; w <= 0 {
-					v.addf(join(p+".split", name), "weight must be > 0, got %s", v.show(join(p+".split", name), w))
+				if w.Weight <= 0 {
+					v.addf(join(p+".split", w.Gateway), "weight must be > 0, got %s", v.show(join(p+".split", w.Gateway), w.Weight))
 				}
 			}
 		}
@@ -312,21 +314,22 @@ func (v *validator) routes() {
 		v.match(p+".match", r.Match)
 
 		if r.Hedge != nil {
-			if d, err := time.ParseDuration(r.Hedge.After); r.Hedge.After != HedgeP95 && (err != nil || d <= 0) {
-				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %s", HedgeP95, v.show(p+".hedge.after", r.Hedge.After))
+			// A value the file gives is read (and refused, with its line) by the decoder.
+			if r.Hedge.After == (routing.HedgeAfter{}) {
+				v.addf(p+".hedge.after", "must be a positive duration (\"800ms\") or %q, got %s", routing.HedgeP95, v.show(p+".hedge.after", ""))
 			}
 			// Written so that NaN, which compares false with everything, is refused too.
 			if b := r.Hedge.Budget; !(b > 0 && b <= 1) {
 				v.addf(p+".hedge.budget", "must be > 0 and <= 1 (the most extra gateway calls hedges may add, as a share of the route's charges), got %s", v.show(p+".hedge.budget", b))
 			}
 		}
-		if r.Strategy != StrategyOrdered && r.Strategy != StrategySuccessRate {
-			v.addf(p+".strategy", "must be %s or %s, got %s", StrategyOrdered, StrategySuccessRate, v.show(p+".strategy", r.Strategy))
+		if r.Strategy != routing.Ordered && r.Strategy != routing.SuccessRate {
+			v.addf(p+".strategy", "must be %s or %s, got %s", routing.Ordered, routing.SuccessRate, v.show(p+".strategy", string(r.Strategy)))
 		}
 	}
 }
 
-func (v *validator) match(p string, m Match) {
+func (v *validator) match(p string, m routing.Match) {
 	for i, cur := range m.Currency {
 		if path := fmt.Sprintf("%s.currency[%d]", p, i); !upperLetters(cur, 3) {
 			v.addf(path, "%s is not a currency code (ISO 4217: 3 upper-case letters)", v.show(path, cur))

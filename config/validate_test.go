@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/payrouter/payrouter/routing"
 )
 
 // TestValidation: each impossible value gives one line naming the field path and the reason.
@@ -142,9 +144,9 @@ func TestValidation(t *testing.T) {
 		{"negative amounts", "match: {min_amount: 100000}", "match: {min_amount: -1, max_amount: -2}",
 			[]string{"routes[1] (big-tickets): match.min_amount: must be >= 0 (0: no lower bound)", "routes[1] (big-tickets): match.max_amount: must be >= 0 (0: no upper bound)"}},
 		{"hedge not a duration", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: fast}",
-			[]string{`routes[1] (big-tickets): hedge.after: must be a positive duration ("800ms") or "p95", got "fast"`}},
+			[]string{`line 29: routes[1].hedge.after: must be a positive duration ("800ms") or "p95", got "fast"`}},
 		{"hedge zero", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: 0s}",
-			[]string{`routes[1] (big-tickets): hedge.after: must be a positive duration ("800ms") or "p95", got "0s"`}},
+			[]string{`line 29: routes[1].hedge.after: must be a positive duration ("800ms") or "p95", got "0s"`}},
 		{"hedge empty", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {}",
 			[]string{`routes[1] (big-tickets): hedge.after: must be a positive duration ("800ms") or "p95", got ""`}},
 		{"hedge budget zero", "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: p95, budget: 0}",
@@ -217,8 +219,8 @@ func TestValidationKindsNil(t *testing.T) {
 func TestValidHedges(t *testing.T) {
 	for _, after := range []string{"800ms", "p95", "1s"} {
 		c := mustParse(t, edit(t, baseYAML, "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    hedge: {after: "+after+"}"))
-		if h := c.Routes[1].Hedge; h == nil || h.After != after || h.Budget != DefaultHedgeBudget {
-			t.Errorf("hedge.after %s: got %+v, want budget %v by default", after, h, DefaultHedgeBudget)
+		if h := c.Routes[1].Hedge; h == nil || h.After.String() != after || h.Budget != routing.DefaultHedgeBudget {
+			t.Errorf("hedge.after %s: got %+v, want budget %v by default", after, h, routing.DefaultHedgeBudget)
 		}
 	}
 	for _, budget := range []float64{0.05, 1} {
@@ -235,7 +237,7 @@ func TestValidHedges(t *testing.T) {
 
 func TestValidStrategies(t *testing.T) {
 	c := mustParse(t, edit(t, baseYAML, "split: {paywell: 70, ding: 30}", "split: {paywell: 70, ding: 30}\n    strategy: success_rate"))
-	want := []string{StrategyOrdered, StrategySuccessRate, StrategyOrdered} // absent: ordered
+	want := []routing.Strategy{routing.Ordered, routing.SuccessRate, routing.Ordered} // absent: ordered
 	for i, r := range c.Routes {
 		if r.Strategy != want[i] {
 			t.Errorf("routes[%d].strategy = %q, want %q", i, r.Strategy, want[i])

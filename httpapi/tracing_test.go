@@ -59,8 +59,7 @@ func newTracedStack(t *testing.T) *tracedStack {
 	st, names := ts.stack, []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
 	for _, n := range names {
-		settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: 300 * time.Millisecond, MaxConcurrent: 4,
-			Breaker: resilience.BreakerSettings{ConsecutiveFailures: 3, Cooldown: time.Minute}})
+		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: 300 * time.Millisecond}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: time.Minute}}})
 	}
 	metrics := telemetry.NewMetrics()
 	st.domains = resilience.NewDomains(settings, metrics)

@@ -658,6 +658,10 @@ func checkRules(op string, r payrouter.BreakerRules) error {
 		return fmt.Errorf("redisstore: %s: rules %+v: counts and window must be >= 0", op, r)
 	case !(r.FailureRate >= 0 && r.FailureRate <= 1): // NaN too
 		return fmt.Errorf("redisstore: %s: rules: failure rate %v must be within [0, 1]", op, r.FailureRate)
+	case r.FailureRate > 0 && r.MinRequests < 1:
+		// 0 means resilience.DefaultMinRequests, filled in before a store sees the rules: a
+		// store reading it as anything else would trip the fleet on other terms than each instance.
+		return fmt.Errorf("redisstore: %s: rules: min requests %d must be >= 1 with a failure rate", op, r.MinRequests)
 	}
 	return nil
 }

@@ -943,6 +943,10 @@ func TestBreakerInvalidArguments(t *testing.T) {
 			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailureRate: 1.5, Cooldown: time.Minute}, failure(1), "test")
 			return err
 		}},
+		{"report: a rate without min requests", func(ctx context.Context) error {
+			_, _, err := s.ReportOutcomes(ctx, b, payrouter.BreakerRules{FailureRate: 0.5, Cooldown: time.Minute}, failure(1), "test")
+			return err
+		}},
 		{"report: more trailing failures than failures", func(ctx context.Context) error {
 			_, _, err := s.ReportOutcomes(ctx, b, rules, mixed(1, 1, 2), "test")
 			return err

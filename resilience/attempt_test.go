@@ -45,7 +45,7 @@ func attrsOf(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 
 func TestGuardSpans(t *testing.T) {
 	exp := recordSpans(t)
-	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{ConsecutiveFailures: 1}}}, nil)
+	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1}}}}, nil)
 	defer d.Close()
 	g := d.Guard("paywell", payrouter.OpCharge)
 	ctx, parent := otel.Tracer("test").Start(t.Context(), "POST /charge")

@@ -12,7 +12,7 @@ import (
 )
 
 func benchGuard(b *testing.B) *Guard {
-	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{ConsecutiveFailures: 5}}}, NopObserver{})
+	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 5}}}}, NopObserver{})
 	return d.Guard("paywell", payrouter.OpCharge)
 }
 

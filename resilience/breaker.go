@@ -10,54 +10,9 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// Defaults of BreakerSettings, the same as config's.
-const (
-	DefaultCooldown = 30 * time.Second
-	// windowBuckets is how many buckets the rolling window has: the oldest tenth of the window
-	// is forgotten at once, which is fine-grained enough for a health signal.
-	windowBuckets = 10
-)
-
-// BreakerSettings holds the trip rules of a breaker. Any rule trips it; a rule at 0 is off.
-type BreakerSettings struct {
-	// ConsecutiveFailures trips after N failures in a row; 0 off.
-	ConsecutiveFailures int
-	// FailuresInWindow trips after N failures within Window; 0 off.
-	FailuresInWindow int
-	// FailureRate trips when failures/(requests-exclusions) >= rate over Window, once MinRequests
-	// are counted; 0 off. Only answered calls count: one still in flight has no outcome yet, and
-	// counting it would dilute the rate exactly when a gateway hangs.
-	FailureRate float64
-	// MinRequests is how many answered, non-excluded calls Window must hold before FailureRate
-	// applies; 0 is taken as 1.
-	MinRequests int
-	// Window is the rolling window of FailuresInWindow and FailureRate (gobreaker's Interval,
-	// in buckets of Window/10). 0: counts are kept until the breaker changes state.
-	Window time.Duration
-	// Cooldown is how long the breaker stays open before it lets trial calls through;
-	// 0: DefaultCooldown.
-	Cooldown time.Duration
-	// HalfOpenRequests is how many trial calls half-open admits; all must succeed to close,
-	// any failure opens it again. 0 is taken as 1.
-	HalfOpenRequests int
-	// OutOfBand leaves the trial to a Prober: in half-open no customer call is admitted, and the
-	// prober's verdict on the gateway's health endpoint closes or reopens the breaker.
-	OutOfBand bool
-}
-
-// withDefaults returns s with its zero values replaced by what they mean.
-func (s BreakerSettings) withDefaults() BreakerSettings {
-	if s.Cooldown <= 0 {
-		s.Cooldown = DefaultCooldown
-	}
-	if s.HalfOpenRequests <= 0 {
-		s.HalfOpenRequests = 1
-	}
-	if s.MinRequests <= 0 {
-		s.MinRequests = 1
-	}
-	return s
-}
+// windowBuckets is how many buckets the rolling window has: the oldest tenth of the window is
+// forgotten at once, which is fine-grained enough for a health signal.
+const windowBuckets = 10
 
 // readyToTrip applies the trip rules to the counts of the closed state.
 func (s BreakerSettings) readyToTrip(c gobreaker.Counts) bool {
@@ -289,7 +244,7 @@ func (b *Breaker) shown() State {
 // is no longer from.
 func (b *Breaker) report(from State, c Counts) {
 	if to := b.shown(); to != from {
-		b.obs.BreakerTransition(b.gateway, b.op, from, to, c)
+		b.obs.BreakerTransition(b.gateway, b.op, from, to, c, b.settings.Cooldown)
 	}
 }
 
@@ -341,7 +296,7 @@ func (b *Breaker) allowSlow() (admission, error) {
 			return admission{m: m, done: done}, nil
 		}
 		return b.reject()
-	case b.state != StateHalfOpen, b.settings.OutOfBand, b.trials >= b.settings.HalfOpenRequests:
+	case b.state != StateHalfOpen, b.settings.OutOfBand(), b.trials >= b.settings.HalfOpenRequests:
 		b.mu.Unlock()
 		return b.reject()
 	}

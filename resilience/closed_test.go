@@ -9,13 +9,13 @@ import (
 )
 
 // strict trips on anything that counts as a failure, by every rule at once.
-var strict = BreakerSettings{ConsecutiveFailures: 1, FailuresInWindow: 1, FailureRate: 0.01, MinRequests: 1, Window: time.Minute}
+var strict = BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, FailuresInWindow: 1, FailureRate: 0.01, MinRequests: 1, Window: time.Minute}}
 
 func TestClosedTripRules(t *testing.T) {
-	consecutive3 := BreakerSettings{ConsecutiveFailures: 3}
-	window3 := BreakerSettings{FailuresInWindow: 3, Window: time.Minute}
-	rate := BreakerSettings{FailureRate: 0.5, MinRequests: 10, Window: time.Minute}
-	rateMin4 := BreakerSettings{FailureRate: 0.5, MinRequests: 4, Window: time.Minute}
+	consecutive3 := BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3}}
+	window3 := BreakerSettings{BreakerRules: payrouter.BreakerRules{FailuresInWindow: 3, Window: time.Minute}}
+	rate := BreakerSettings{BreakerRules: payrouter.BreakerRules{FailureRate: 0.5, MinRequests: 10, Window: time.Minute}}
+	rateMin4 := BreakerSettings{BreakerRules: payrouter.BreakerRules{FailureRate: 0.5, MinRequests: 4, Window: time.Minute}}
 
 	tests := []struct {
 		name     string
@@ -71,7 +71,7 @@ func TestClosedTripRules(t *testing.T) {
 }
 
 func TestClosedCounts(t *testing.T) {
-	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{ConsecutiveFailures: 5}, nil)
+	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 5}}, nil)
 	feed(t, b, unav, succ, decl, malf, unav, tmo)
 	want := Counts{Requests: 6, Failures: 3, ConsecutiveFailures: 2}
 	if got := b.Snapshot().Counts; got != want {
@@ -83,7 +83,7 @@ func TestClosedCounts(t *testing.T) {
 // the transition.
 func TestClosedTripReportsCounts(t *testing.T) {
 	rec := newRecorder()
-	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{ConsecutiveFailures: 3}, rec)
+	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3}}, rec)
 	feed(t, b, succ, malf, unav, unav, unav)
 	want := Counts{Requests: 5, Failures: 3, ConsecutiveFailures: 3}
 	if got := rec.last().Counts; got != want {
@@ -96,8 +96,8 @@ func TestClosedWindowRolls(t *testing.T) {
 		name     string
 		settings BreakerSettings
 	}{
-		{"failures in window", BreakerSettings{FailuresInWindow: 3, Window: 10 * time.Second}},
-		{"failure rate", BreakerSettings{FailureRate: 1, MinRequests: 3, Window: 10 * time.Second}},
+		{"failures in window", BreakerSettings{BreakerRules: payrouter.BreakerRules{FailuresInWindow: 3, Window: 10 * time.Second}}},
+		{"failure rate", BreakerSettings{BreakerRules: payrouter.BreakerRules{FailureRate: 1, MinRequests: 3, Window: 10 * time.Second}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestClosedWindowRolls(t *testing.T) {
 
 // A report that arrives after the breaker tripped belongs to the closed period that ended.
 func TestClosedLateReportIgnored(t *testing.T) {
-	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute}, nil)
+	b := NewBreaker("paywell", payrouter.OpCharge, BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: time.Minute}}, nil)
 	late, err := b.Allow()
 	if err != nil {
 		t.Fatal(err)

@@ -16,10 +16,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 )
 
-// Defaults of GatewaySettings, the same as config's where config has them.
 const (
-	DefaultTimeout       = 3 * time.Second
-	DefaultMaxConcurrent = 20
 	// DefaultDialTimeout is short because a gateway that cannot take a connection has not seen
 	// the request: failing the dial early gives an honest unavailable (safe to fail over) instead
 	// of a timeout (which may have charged).
@@ -32,30 +29,19 @@ const (
 	probeConns = 2
 )
 
-// GatewaySettings holds one gateway's failure-domain settings.
+// GatewaySettings holds one gateway's failure-domain settings: the policies' own (settings.go)
+// and what the gateway's connections need.
 type GatewaySettings struct {
 	Name string
 	// Endpoint names what the gateway's breakers and connections measure (its kind and base
 	// URL); an Update that changes it starts both afresh.
 	Endpoint string
-	// Timeout bounds each call; 0: DefaultTimeout.
-	Timeout time.Duration
-	// Timeouts overrides Timeout per operation (missing or 0: Timeout).
-	Timeouts map[payrouter.Operation]time.Duration
-	// MaxConcurrent is the bulkhead's slots, shared by the gateway's operations; 0:
-	// DefaultMaxConcurrent.
-	MaxConcurrent int
-	// MaxWait is the longest a call waits for a slot; 0: it does not wait.
-	MaxWait time.Duration
-	// DialTimeout bounds connecting to the gateway; 0: DefaultDialTimeout.
-	DialTimeout time.Duration
+	TimeoutSettings
+	BulkheadSettings
 	// Breaker holds the rules of the gateway's breakers, one per operation.
 	Breaker BreakerSettings
-	// ProbeInterval is how often the Prober calls the gateway's health endpoint when
-	// Breaker.OutOfBand; 0: DefaultProbeInterval.
-	ProbeInterval time.Duration
-	// ProbeTimeout bounds each probe; 0: DefaultProbeTimeout, at most ProbeInterval.
-	ProbeTimeout time.Duration
+	// DialTimeout bounds connecting to the gateway; 0: DefaultDialTimeout.
+	DialTimeout time.Duration
 	// TLS is the TLS configuration of the gateway's connections, customer and probe alike
 	// (gatewayhttp.ClientTLS.Load builds it); nil: gatewayhttp.DefaultTLSConfig, the system pool.
 	// It is not compared between Updates: TLSFingerprint stands for it.
@@ -77,23 +63,8 @@ func (s GatewaySettings) withDefaults() GatewaySettings {
 	if s.DialTimeout <= 0 {
 		s.DialTimeout = DefaultDialTimeout
 	}
-	if s.ProbeInterval <= 0 {
-		s.ProbeInterval = DefaultProbeInterval
-	}
-	if s.ProbeTimeout <= 0 {
-		s.ProbeTimeout = DefaultProbeTimeout
-	}
-	s.ProbeTimeout = min(s.ProbeTimeout, s.ProbeInterval)
 	s.Breaker = s.Breaker.withDefaults()
 	return s
-}
-
-// TimeoutFor returns the timeout of one operation.
-func (s GatewaySettings) TimeoutFor(op payrouter.Operation) time.Duration {
-	if t := s.Timeouts[op]; t > 0 {
-		return t
-	}
-	return s.Timeout
 }
 
 // Domains holds every failure domain: for each gateway a bulkhead, an http.Client with its own
@@ -301,7 +272,7 @@ func (d *Domains) newGatewayDomain(s GatewaySettings, old *gatewayDomain) *gatew
 		gd.probeTransport = newTransport(s, probeConns)
 		gd.probeClient = gatewayhttp.NewClient(gd.probeTransport)
 	}
-	keepBreakers := old != nil && o.Endpoint == s.Endpoint && o.Breaker == s.Breaker
+	keepBreakers := old != nil && o.Endpoint == s.Endpoint && o.Breaker.machine() == s.Breaker.machine()
 	for i, op := range payrouter.Operations {
 		var b *Breaker
 		switch {

@@ -19,7 +19,7 @@ import (
 
 func TestDomainsTransport(t *testing.T) {
 	d := NewDomains([]GatewaySettings{
-		{Name: "paywell", MaxConcurrent: 7},
+		{Name: "paywell", BulkheadSettings: BulkheadSettings{MaxConcurrent: 7}},
 		{Name: "ding"}, // defaults
 	}, nil)
 	defer d.Close()
@@ -140,7 +140,7 @@ func TestDomainsClientThroughGuard(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	d := NewDomains([]GatewaySettings{{Name: "paywell", Timeout: 5 * time.Second}}, nil)
+	d := NewDomains([]GatewaySettings{{Name: "paywell", TimeoutSettings: TimeoutSettings{Timeout: 5 * time.Second}}}, nil)
 	defer d.Close()
 
 	res, _ := d.Guard("paywell", payrouter.OpCharge).Do(t.Context(), func(ctx context.Context) payrouter.Result {

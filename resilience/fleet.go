@@ -145,14 +145,9 @@ func (f *Fleet) link(set *DomainSet) {
 		for _, g := range gd.guards {
 			l := g.breaker.fleet
 			if l == nil {
-				s := g.breaker.settings
 				l = &fleetLink{
 					f: f, b: g.breaker,
-					rules: payrouter.BreakerRules{
-						ConsecutiveFailures: s.ConsecutiveFailures, FailuresInWindow: s.FailuresInWindow,
-						FailureRate: s.FailureRate, MinRequests: s.MinRequests,
-						Window: s.Window, Cooldown: s.Cooldown,
-					},
+					rules: g.breaker.settings.BreakerRules,
 					// A trial slot whose holder died is freed once the trial could no longer be
 					// running.
 					trialTTL: g.timeout + time.Second,

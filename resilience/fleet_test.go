@@ -19,7 +19,7 @@ import (
 )
 
 // fleetRules trip after 3 failures in a row and cool down quickly, so that tests see half-open.
-var fleetRules = resilience.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 400 * time.Millisecond, HalfOpenRequests: 1}
+var fleetRules = resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 400 * time.Millisecond}, HalfOpenRequests: 1}
 
 // instance is one payrouter instance's breakers, tied to the fleet.
 type instance struct {

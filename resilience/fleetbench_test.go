@@ -41,7 +41,7 @@ func requireBenchEnv(t *testing.T) {
 
 // benchRules are the breaker rules of every measurement here: payrouter's demo rule (5 failures
 // in a row), and a cooldown long enough that nothing half-opens during one.
-var benchRules = resilience.BreakerSettings{ConsecutiveFailures: 5, Cooldown: time.Hour}
+var benchRules = resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 5, Cooldown: time.Hour}}
 
 // benchCallers is how many goroutines call at once in the benchmarks, the bench/ loads' busy
 // storefront; benchCallTime is how long their gateway takes, a fast one.
@@ -67,7 +67,7 @@ type openClock struct {
 	opened chan time.Time
 }
 
-func (c openClock) BreakerTransition(_ string, op payrouter.Operation, _, to resilience.State, _ resilience.Counts) {
+func (c openClock) BreakerTransition(_ string, op payrouter.Operation, _, to resilience.State, _ resilience.Counts, _ time.Duration) {
 	if op == payrouter.OpCharge && to == resilience.StateOpen {
 		select {
 		case c.opened <- time.Now():
@@ -85,9 +85,7 @@ func startBenchInstance(tb testing.TB, url, prefix, origin string) *benchInstanc
 		tb.Fatal(err)
 	}
 	in := &benchInstance{opened: make(chan time.Time, 1)}
-	in.d = resilience.NewDomains([]resilience.GatewaySettings{{
-		Name: "paywell", Timeout: 2 * time.Second, MaxConcurrent: benchCallers, Breaker: benchRules,
-	}}, openClock{opened: in.opened})
+	in.d = resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", TimeoutSettings: resilience.TimeoutSettings{Timeout: 2 * time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: benchCallers}, Breaker: benchRules}}, openClock{opened: in.opened})
 	in.guard = in.d.Guard("paywell", payrouter.OpCharge)
 	in.fleet = resilience.NewFleet(in.d, store, resilience.FleetOptions{Origin: origin})
 	if err := in.fleet.Sync(context.Background()); err != nil {

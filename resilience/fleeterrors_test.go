@@ -127,7 +127,7 @@ func logLines(t *testing.T, buf *bytes.Buffer, msg string) []map[string]any {
 // refreshing every second, until the returned stop.
 func runFleet(t *testing.T, shared payrouter.FleetBreakers, log *bytes.Buffer, failed *failures) (*Breaker, func()) {
 	t.Helper()
-	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{ConsecutiveFailures: 3, Cooldown: time.Minute, HalfOpenRequests: 1}}}, nil)
+	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: time.Minute}, HalfOpenRequests: 1}}}, nil)
 	f := NewFleet(d, shared, FleetOptions{
 		Origin: "a", Refresh: time.Second, Log: slog.New(slog.NewJSONHandler(log, nil)), Failed: failed.count,
 	})
@@ -237,8 +237,8 @@ func TestProberSaysItsLeaseFailed(t *testing.T) {
 		log, failed, h := &bytes.Buffer{}, &failures{}, &health{}
 		h.healthy.Store(true)
 		s := threeThenCool
-		s.OutOfBand = true
-		d := NewDomains([]GatewaySettings{{Name: "paywell", ProbeInterval: 5 * time.Second, ProbeTimeout: time.Second, Breaker: s}}, nil)
+		s.Probe, s.ProbeInterval, s.ProbeTimeout = ProbeOutOfBand, 5*time.Second, time.Second
+		d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: s}}, nil)
 		defer d.Close()
 		p := NewProber(d, map[string]HealthCheck{"paywell": h.check}, nil, ProberOptions{
 			Leases: failingLeases{}, Holder: "a", Log: slog.New(slog.NewJSONHandler(log, nil)), Failed: failed.count,

@@ -136,7 +136,7 @@ func TestReset(t *testing.T) {
 // A call admitted before a reset reports into the old state machine, which is gone.
 func TestResetIgnoresCallsAdmittedBefore(t *testing.T) {
 	rec := newRecorder()
-	b := NewBreaker("ding", payrouter.OpCharge, BreakerSettings{ConsecutiveFailures: 1}, rec)
+	b := NewBreaker("ding", payrouter.OpCharge, BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1}}, rec)
 	done, err := b.Allow()
 	if err != nil {
 		t.Fatal(err)

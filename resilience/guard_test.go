@@ -23,11 +23,7 @@ func hang(ctx context.Context) payrouter.Result {
 }
 
 func TestGuardDeadline(t *testing.T) {
-	gateways := []GatewaySettings{{
-		Name:     "paywell",
-		Timeout:  3 * time.Second,
-		Timeouts: map[payrouter.Operation]time.Duration{payrouter.OpStatus: 500 * time.Millisecond, payrouter.OpRefund: 0},
-	}}
+	gateways := []GatewaySettings{{Name: "paywell", TimeoutSettings: TimeoutSettings{Timeout: 3 * time.Second, Operations: map[payrouter.Operation]OperationSettings{payrouter.OpStatus: {Timeout: 500 * time.Millisecond}, payrouter.OpRefund: {}}}}}
 	tests := []struct {
 		name   string
 		op     payrouter.Operation
@@ -83,7 +79,7 @@ func TestGuardRefusesWithoutCalling(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := newRecorder()
-			d := NewDomains([]GatewaySettings{{Name: "tranglo", MaxConcurrent: 1, Breaker: threeThenCool}}, rec)
+			d := NewDomains([]GatewaySettings{{Name: "tranglo", Breaker: threeThenCool, BulkheadSettings: BulkheadSettings{MaxConcurrent: 1}}}, rec)
 			g := d.Guard("tranglo", payrouter.OpCharge)
 			tc.setUp(t, g)
 			called := false
@@ -105,7 +101,7 @@ func TestGuardRefusesWithoutCalling(t *testing.T) {
 // trial it refused goes to the next call.
 func TestGuardBulkheadFullIsExcluded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := NewDomains([]GatewaySettings{{Name: "tranglo", MaxConcurrent: 1, Breaker: threeThenCool}}, nil)
+		d := NewDomains([]GatewaySettings{{Name: "tranglo", Breaker: threeThenCool, BulkheadSettings: BulkheadSettings{MaxConcurrent: 1}}}, nil)
 		g := d.Guard("tranglo", payrouter.OpCharge)
 		release, _ := g.Bulkhead().Acquire(t.Context())
 		for range 10 {
@@ -159,8 +155,7 @@ func TestGuardCallerEndedIsExcluded(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				d := NewDomains([]GatewaySettings{{Name: "paywell", Timeout: 3 * time.Second,
-					Breaker: BreakerSettings{ConsecutiveFailures: 1}}}, nil)
+				d := NewDomains([]GatewaySettings{{Name: "paywell", TimeoutSettings: TimeoutSettings{Timeout: 3 * time.Second}, Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1}}}}, nil)
 				g := d.Guard("paywell", payrouter.OpCharge)
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -183,7 +178,7 @@ func TestGuardCallerEndedIsExcluded(t *testing.T) {
 
 func TestGuardReleasesOnPanic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := NewDomains([]GatewaySettings{{Name: "ding", MaxConcurrent: 1, Breaker: threeThenCool}}, nil)
+		d := NewDomains([]GatewaySettings{{Name: "ding", Breaker: threeThenCool, BulkheadSettings: BulkheadSettings{MaxConcurrent: 1}}}, nil)
 		g := d.Guard("ding", payrouter.OpCharge)
 		trip(t, g.Breaker())
 		time.Sleep(time.Minute) // half-open, one trial
@@ -211,7 +206,7 @@ func TestGuardReleasesOnPanic(t *testing.T) {
 func TestGuardReportsEveryAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
-		d := NewDomains([]GatewaySettings{{Name: "ding", Breaker: BreakerSettings{ConsecutiveFailures: 2}}}, rec)
+		d := NewDomains([]GatewaySettings{{Name: "ding", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 2}}}}, rec)
 		g := d.Guard("ding", payrouter.OpCharge)
 		slow := func(ctx context.Context) payrouter.Result {
 			time.Sleep(200 * time.Millisecond)
@@ -241,8 +236,7 @@ func TestGuardReportsEveryAttempt(t *testing.T) {
 func TestObserverHearsEveryTransition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
-		d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{
-			ConsecutiveFailures: 2, Cooldown: 10 * time.Second, HalfOpenRequests: 2}}}, rec)
+		d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 2, Cooldown: 10 * time.Second}, HalfOpenRequests: 2}}}, rec)
 		g := d.Guard("paywell", payrouter.OpCharge)
 		b := g.Breaker()
 		do := func(o payrouter.Outcome) { g.Do(t.Context(), answer(o)) }

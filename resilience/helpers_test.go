@@ -50,7 +50,7 @@ type probe struct {
 
 func newRecorder() *recorder { return &recorder{rejected: map[string]int{}} }
 
-func (r *recorder) BreakerTransition(gateway string, op payrouter.Operation, from, to State, c Counts) {
+func (r *recorder) BreakerTransition(gateway string, op payrouter.Operation, from, to State, c Counts, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.transitions = append(r.transitions, transition{gateway + "/" + string(op), from, to, c})

@@ -91,7 +91,7 @@ func TestBulkheadKeyShareOffAndSmall(t *testing.T) {
 // a detail that says why, so routing fails them over.
 func TestGuardKeyShareLeavesRoomForOtherKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := NewDomains([]GatewaySettings{{Name: "slow", MaxConcurrent: 4, Timeout: time.Minute}}, nil)
+		d := NewDomains([]GatewaySettings{{Name: "slow", TimeoutSettings: TimeoutSettings{Timeout: time.Minute}, BulkheadSettings: BulkheadSettings{MaxConcurrent: 4}}}, nil)
 		d.SetKeyShare(0.5)
 		g := d.Guard("slow", payrouter.OpCharge)
 		unblock := make(chan struct{})
@@ -147,12 +147,12 @@ func TestGuardKeyShareLeavesRoomForOtherKeys(t *testing.T) {
 
 // The share set on Domains reaches bulkheads an Update makes afresh.
 func TestDomainsKeyShareAfterUpdate(t *testing.T) {
-	d := NewDomains([]GatewaySettings{{Name: "a", MaxConcurrent: 10}}, nil)
+	d := NewDomains([]GatewaySettings{{Name: "a", BulkheadSettings: BulkheadSettings{MaxConcurrent: 10}}}, nil)
 	d.SetKeyShare(0.3)
 	if got := d.Bulkhead("a").KeyLimit(); got != 3 {
 		t.Fatalf("KeyLimit %d, want 3", got)
 	}
-	if _, err := d.Update([]GatewaySettings{{Name: "a", MaxConcurrent: 20}, {Name: "b", MaxConcurrent: 4}}); err != nil {
+	if _, err := d.Update([]GatewaySettings{{Name: "a", BulkheadSettings: BulkheadSettings{MaxConcurrent: 20}}, {Name: "b", BulkheadSettings: BulkheadSettings{MaxConcurrent: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.Bulkhead("a").KeyLimit(); got != 6 {

@@ -9,7 +9,7 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-var threeThenCool = BreakerSettings{ConsecutiveFailures: 3, Cooldown: 30 * time.Second, HalfOpenRequests: 1}
+var threeThenCool = BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 30 * time.Second}, HalfOpenRequests: 1}
 
 func TestOpenRefuses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -11,13 +11,6 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// DefaultProbeInterval and DefaultProbeTimeout are the prober's timings when GatewaySettings
-// leaves them 0.
-const (
-	DefaultProbeInterval = 5 * time.Second
-	DefaultProbeTimeout  = 2 * time.Second
-)
-
 // HealthCheck calls a gateway's own health endpoint; nil means healthy. The prober gives each
 // gateway's check its own http.Transport, so that a customer pool that is full (a busy gateway
 // is not a sick one) can never fail a probe.
@@ -37,7 +30,8 @@ type ProberOptions struct {
 	Failed func(call string)
 }
 
-// Prober tests the recovery of gateways with OutOfBand breakers (docs/architecture.md, Breakers):
+// Prober tests the recovery of the gateways whose breakers say ProbeOutOfBand
+// (docs/architecture.md, Breakers):
 // one goroutine per gateway calls its health endpoint every ProbeInterval, and while a breaker
 // of that gateway is half-open it is the probe, not a customer's call, that closes it or opens it
 // again. Probe results never enter the customer counts: a closed breaker never opens, and an
@@ -57,7 +51,7 @@ type Prober struct {
 // probeCheck is one gateway's check; a new one (Update) restarts that gateway's prober.
 type probeCheck struct{ check HealthCheck }
 
-// NewProber returns a prober of every gateway of d whose breakers are OutOfBand and that has a
+// NewProber returns a prober of every gateway of d whose breakers are ProbeOutOfBand and that has a
 // check in checks; obs nil is NopObserver.
 func NewProber(d *Domains, checks map[string]HealthCheck, obs Observer, o ProberOptions) *Prober {
 	if obs == nil {
@@ -104,13 +98,13 @@ type probeTarget struct {
 	check *probeCheck
 }
 
-// targets returns the gateways to probe now: live, OutOfBand, with a check.
+// targets returns the gateways to probe now: live, ProbeOutOfBand, with a check.
 func (p *Prober) targets() []probeTarget {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []probeTarget
 	for _, gd := range p.d.Current().gateways {
-		if c := p.checks[gd.settings.Name]; c != nil && gd.settings.Breaker.OutOfBand {
+		if c := p.checks[gd.settings.Name]; c != nil && gd.settings.Breaker.OutOfBand() {
 			out = append(out, probeTarget{gd, c})
 		}
 	}
@@ -165,7 +159,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 	failures := 0
 	defer func() {
 		if leading && p.o.Leases != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), s.ProbeTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), s.Breaker.ProbeTimeout)
 			defer cancel()
 			if err := p.o.Leases.DropLease(ctx, lease, p.o.Holder); err != nil {
 				p.o.Failed("drop_lease")
@@ -174,7 +168,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 			}
 		}
 	}()
-	tick := time.NewTicker(s.ProbeInterval)
+	tick := time.NewTicker(s.Breaker.ProbeInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -185,7 +179,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 		if !p.lead(ctx, lease, s, &leading, &leaseFailing) {
 			continue
 		}
-		healthy, d := runCheck(ctx, gd.settings.ProbeTimeout, check)
+		healthy, d := runCheck(ctx, gd.settings.Breaker.ProbeTimeout, check)
 		if ctx.Err() != nil {
 			return
 		}
@@ -197,7 +191,7 @@ func (p *Prober) probeLoop(ctx context.Context, gd *gatewayDomain, check HealthC
 		case !healthy:
 			failures++
 			if failures == 1 {
-				p.o.Log.Warn("probe.failing", "gateway", s.Name, "timeout_ms", s.ProbeTimeout.Milliseconds())
+				p.o.Log.Warn("probe.failing", "gateway", s.Name, "timeout_ms", s.Breaker.ProbeTimeout.Milliseconds())
 			}
 		}
 		for _, g := range gd.guards {
@@ -213,9 +207,9 @@ func (p *Prober) lead(ctx context.Context, lease string, s GatewaySettings, lead
 	if p.o.Leases == nil {
 		return true
 	}
-	lctx, cancel := context.WithTimeout(ctx, s.ProbeTimeout)
+	lctx, cancel := context.WithTimeout(ctx, s.Breaker.ProbeTimeout)
 	defer cancel()
-	held, err := p.o.Leases.HoldLease(lctx, lease, p.o.Holder, 3*s.ProbeInterval)
+	held, err := p.o.Leases.HoldLease(lctx, lease, p.o.Holder, 3*s.Breaker.ProbeInterval)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false // stopping: not a failure of the store

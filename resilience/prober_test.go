@@ -31,8 +31,8 @@ func (h *health) check(context.Context) error {
 func probed(t *testing.T, rec *recorder, h *health, o ProberOptions) *Domains {
 	t.Helper()
 	s := threeThenCool
-	s.OutOfBand = true
-	d := NewDomains([]GatewaySettings{{Name: "paywell", ProbeInterval: 5 * time.Second, Breaker: s}}, rec)
+	s.Probe, s.ProbeInterval = ProbeOutOfBand, 5*time.Second
+	d := NewDomains([]GatewaySettings{{Name: "paywell", Breaker: s}}, rec)
 	p := NewProber(d, map[string]HealthCheck{"paywell": h.check}, rec, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -152,7 +152,7 @@ func TestProberLeadsOnlyWithTheLease(t *testing.T) {
 
 // Only out-of-band gateways are probed.
 func TestProberSkipsInBandGateways(t *testing.T) {
-	d := NewDomains([]GatewaySettings{{Name: "paywell"}, {Name: "ding", Breaker: BreakerSettings{OutOfBand: true}}}, nil)
+	d := NewDomains([]GatewaySettings{{Name: "paywell"}, {Name: "ding", Breaker: BreakerSettings{Probe: ProbeOutOfBand}}}, nil)
 	ok := func(context.Context) error { return nil }
 	p := NewProber(d, map[string]HealthCheck{"paywell": ok, "ding": ok}, nil, ProberOptions{})
 	if got := p.Gateways(); len(got) != 1 || got[0] != "ding" {

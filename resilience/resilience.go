@@ -43,8 +43,10 @@ var ErrOpen = errors.New("resilience: circuit breaker open")
 type Observer interface {
 	// BreakerTransition reports a change of the state a breaker shows (forcing included). from is
 	// always the to of the previous report for that breaker (closed before the first). counts are
-	// those of the period that ended: for closed→open the counts that tripped it.
-	BreakerTransition(gateway string, op payrouter.Operation, from, to State, counts Counts)
+	// those of the period that ended: for closed→open the counts that tripped it. cooldown is
+	// the breaker's own (BreakerSettings.Cooldown), so a report never names another
+	// configuration's.
+	BreakerTransition(gateway string, op payrouter.Operation, from, to State, counts Counts, cooldown time.Duration)
 	// BreakerRejected reports a call refused by a breaker.
 	BreakerRejected(gateway string, op payrouter.Operation)
 	// CallDone reports every attempt Guard.Do made, refused ones included (breaker_open and
@@ -63,7 +65,8 @@ type Observer interface {
 type NopObserver struct{}
 
 // BreakerTransition does nothing.
-func (NopObserver) BreakerTransition(string, payrouter.Operation, State, State, Counts) {}
+func (NopObserver) BreakerTransition(string, payrouter.Operation, State, State, Counts, time.Duration) {
+}
 
 // BreakerRejected does nothing.
 func (NopObserver) BreakerRejected(string, payrouter.Operation) {}

@@ -15,8 +15,8 @@ import (
 // failures in a row.
 func twoGateways() []GatewaySettings {
 	return []GatewaySettings{
-		{Name: "paywell", Endpoint: "paywell http://paywell", Timeout: time.Second, MaxConcurrent: 4, Breaker: threeThenCool},
-		{Name: "ding", Endpoint: "ding http://ding", Timeout: time.Second, MaxConcurrent: 4, Breaker: threeThenCool},
+		{Name: "paywell", TimeoutSettings: TimeoutSettings{Timeout: time.Second}, BulkheadSettings: BulkheadSettings{MaxConcurrent: 4}, Endpoint: "paywell http://paywell", Breaker: threeThenCool},
+		{Name: "ding", TimeoutSettings: TimeoutSettings{Timeout: time.Second}, BulkheadSettings: BulkheadSettings{MaxConcurrent: 4}, Endpoint: "ding http://ding", Breaker: threeThenCool},
 	}
 }
 
@@ -188,9 +188,9 @@ func TestProberFollowsUpdates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := newRecorder()
 		oob := threeThenCool
-		oob.OutOfBand = true
+		oob.Probe, oob.ProbeInterval = ProbeOutOfBand, 5*time.Second
 		gw := func(name string) GatewaySettings {
-			return GatewaySettings{Name: name, ProbeInterval: 5 * time.Second, Breaker: oob}
+			return GatewaySettings{Name: name, Breaker: oob}
 		}
 		paywell, ding, tranglo := &health{}, &health{}, &health{}
 		d := NewDomains([]GatewaySettings{gw("paywell"), gw("ding")}, rec)

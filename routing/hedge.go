@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,19 +17,66 @@ import (
 // the route. Two gateways means two possible charges, so on a hedged route the first two
 // gateway calls authorize only; the first approval is kept (and captured when the charge asks
 // for capture) and every other approval is voided.
+//
+// A Hedge is also the schema of routes[].hedge in a configuration file (docs/configuration.md).
 type Hedge struct {
-	// After is the delay after which the hedge starts; unused with P95.
-	After time.Duration
-	// P95 hedges at the 95th percentile of the first gateway's recent charge-attempt latencies
-	// (the last latencyWindow of them); with fewer than minLatencySamples, no hedge.
-	P95 bool
+	// After is when the hedge starts; the zero HedgeAfter never hedges (configuration files
+	// must give one).
+	After HedgeAfter `yaml:"after"`
 	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges,
-	// in (0, 1]; 0: DefaultHedgeBudget.
-	Budget float64
+	// in (0, 1]; 0: DefaultHedgeBudget, the same as a file that leaves the key out.
+	Budget float64 `yaml:"budget"`
 }
 
 // DefaultHedgeBudget is Hedge.Budget when none is given: one charge in ten may be hedged.
 const DefaultHedgeBudget = 0.1
+
+// HedgeP95 is hedge.after's word for HedgeAfter.P95.
+const HedgeP95 = "p95"
+
+// HedgeAfter is a hedge's delay: Delay, or with P95 the 95th percentile of the first gateway's
+// recent charge-attempt latencies (the last latencyWindow of them; with fewer than
+// minLatencySamples, no hedge). In a file: a positive duration ("800ms") or "p95".
+type HedgeAfter struct {
+	Delay time.Duration // unused with P95
+	P95   bool
+}
+
+// errHedgeAfter is what a hedge.after that is neither a positive duration nor "p95" is told.
+var errHedgeAfter = errors.New(`must be a positive duration ("800ms") or "` + HedgeP95 + `"`)
+
+// ParseHedgeAfter reads hedge.after: a positive duration ("800ms") or "p95".
+func ParseHedgeAfter(s string) (HedgeAfter, error) {
+	if s == HedgeP95 {
+		return HedgeAfter{P95: true}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return HedgeAfter{}, errHedgeAfter
+	}
+	return HedgeAfter{Delay: d}, nil
+}
+
+// UnmarshalText is ParseHedgeAfter, for decoders.
+func (a *HedgeAfter) UnmarshalText(text []byte) error {
+	parsed, err := ParseHedgeAfter(string(text))
+	if err != nil {
+		return err
+	}
+	*a = parsed
+	return nil
+}
+
+// String is a as a file writes it: "p95", a duration, or "" for the zero HedgeAfter.
+func (a HedgeAfter) String() string {
+	switch {
+	case a.P95:
+		return HedgeP95
+	case a.Delay > 0:
+		return a.Delay.String()
+	}
+	return ""
+}
 
 const (
 	// hedgeBurst is the most hedges a route may save up while it needs none: after a quiet
@@ -130,8 +178,8 @@ func (t *table) recordAttempt(now time.Time, res settle.Result) {
 // hedgeDelay is how long the first gateway gets before a hedge starts; false: no hedge (p95
 // without enough samples yet).
 func (t *table) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
-	if !h.P95 {
-		return h.After, h.After > 0
+	if !h.After.P95 {
+		return h.After.Delay, h.After.Delay > 0
 	}
 	if st := t.stats[gateway]; st != nil {
 		return st.latency.p95()

@@ -175,7 +175,7 @@ type hedgeFixture struct {
 
 // hedgeRoute is the route of most tests: paywell first, ding as its hedge after 100ms, a hedge
 // for every charge (budget 1), tranglo last.
-var hedgeRoute = Route{Name: "hedged", Gateways: []string{"paywell", "ding", "tranglo"}, Hedge: &Hedge{After: 100 * time.Millisecond, Budget: 1}}
+var hedgeRoute = Route{Name: "hedged", Gateways: []string{"paywell", "ding", "tranglo"}, Hedge: &Hedge{After: HedgeAfter{Delay: 100 * time.Millisecond}, Budget: 1}}
 
 // newHedgeFixture must be called inside a synctest bubble. Every gateway's timeout is 1s, the
 // budget 2s; the store is also the queue.
@@ -186,8 +186,7 @@ func newHedgeFixture(t *testing.T, routes ...Route) *hedgeFixture {
 	var settings []resilience.GatewaySettings
 	adapters := map[string]payrouter.Gateway{}
 	for _, n := range names {
-		settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: time.Second, MaxConcurrent: 4,
-			Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}})
+		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
 		f.gw[n] = newLedgerGateway()
 		adapters[n] = f.gw[n]
 	}
@@ -382,7 +381,7 @@ func TestHedgeVoidThatFailsIsQueued(t *testing.T) {
 func TestHedgeBudgetBoundsTheExtraCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := hedgeRoute
-		rt.Hedge = &Hedge{After: 100 * time.Millisecond, Budget: 0.5}
+		rt.Hedge = &Hedge{After: HedgeAfter{Delay: 100 * time.Millisecond}, Budget: 0.5}
 		f := newHedgeFixture(t, rt)
 		f.gw["paywell"].delay = 300 * time.Millisecond
 		var statuses []string
@@ -409,7 +408,7 @@ func TestHedgeBudgetBoundsTheExtraCalls(t *testing.T) {
 
 func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newHedgeFixture(t, Route{Name: "pair", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: 100 * time.Millisecond, Budget: 1}})
+		f := newHedgeFixture(t, Route{Name: "pair", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: HedgeAfter{Delay: 100 * time.Millisecond}, Budget: 1}})
 		f.dom.Breaker("ding", payrouter.OpCharge).Force(payrouter.ForcedOpen)
 		f.gw["paywell"].delay = 300 * time.Millisecond
 		c, err := charge(t.Context(), f.router, newCharge())
@@ -435,7 +434,7 @@ func TestHedgeAtP95(t *testing.T) {
 		// at its p95.
 		f := newHedgeFixture(t,
 			Route{Name: "learn", Match: Match{Currency: []string{"EUR"}}, Gateways: []string{"paywell"}},
-			Route{Name: "p95", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{P95: true, Budget: 1}})
+			Route{Name: "p95", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: HedgeAfter{P95: true}, Budget: 1}})
 		euro := func(id string) *payrouter.Charge {
 			c := chargeNamed(id)
 			c.Currency = "EUR"

@@ -11,18 +11,22 @@ import (
 	"slices"
 )
 
-// Route sends the charges it matches to its gateways. The first matching route wins.
+// Route sends the charges it matches to its gateways. The first matching route wins. A Route
+// is also the schema of one entry of a configuration file's routes (docs/configuration.md):
+// package config holds them as they are.
 type Route struct {
-	Name  string
-	Match Match
+	// Name names the route in metrics, logs and answers; unique.
+	Name  string `yaml:"name"`
+	Match Match  `yaml:"match"`
 	// Gateways are tried in this order.
-	Gateways []string
-	// Split, when set, picks the first gateway by weight; the rest follow in Gateways order.
-	Split []Weight
+	Gateways []string `yaml:"gateways"`
+	// Split, when set, picks the first gateway by weight; the rest follow in Split's order. In a
+	// file it is a mapping of gateway names to weights, kept in the file's order.
+	Split []Weight `yaml:"split"`
 	// Strategy reorders those gateways for each charge; "": Ordered (strategy.go).
-	Strategy Strategy
+	Strategy Strategy `yaml:"strategy"`
 	// Hedge, when set, sends a slow charge to the next gateway too (hedge.go); nil: never.
-	Hedge *Hedge
+	Hedge *Hedge `yaml:"hedge"`
 }
 
 // Weight is one gateway's share of a route's first choices.
@@ -31,12 +35,30 @@ type Weight struct {
 	Weight  int
 }
 
-// Match selects charges: every set field must match (AND), any value of a list (OR).
+// Members returns the gateways the route may call, in its order: Gateways, or Split's.
+func (r Route) Members() []string {
+	if len(r.Gateways) > 0 || len(r.Split) == 0 {
+		return r.Gateways
+	}
+	names := make([]string, len(r.Split))
+	for i, w := range r.Split {
+		names[i] = w.Gateway
+	}
+	return names
+}
+
+// Match selects charges: every set field must match (AND), any value of a list (OR). The zero
+// Match selects every charge.
 type Match struct {
-	Currency  []string
-	Country   []string
-	MinAmount int64 // 0: no lower bound
-	MaxAmount int64 // 0: no upper bound
+	Currency  []string `yaml:"currency"`   // ISO 4217 codes; none: any currency
+	Country   []string `yaml:"country"`    // ISO 3166 alpha-2 codes; none: any country
+	MinAmount int64    `yaml:"min_amount"` // 0: no lower bound
+	MaxAmount int64    `yaml:"max_amount"` // 0: no upper bound
+}
+
+// All reports whether m selects every charge (it sets no field).
+func (m Match) All() bool {
+	return len(m.Currency) == 0 && len(m.Country) == 0 && m.MinAmount == 0 && m.MaxAmount == 0
 }
 
 // Matches reports whether a charge of that amount, currency and country falls under m.

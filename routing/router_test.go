@@ -72,8 +72,7 @@ func newFixture(t *testing.T, routes ...Route) *fixture {
 	f := &fixture{store: memstore.New(), gw: map[string]*scripted{}}
 	adapters := map[string]payrouter.Gateway{}
 	for _, n := range names {
-		settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: time.Second, MaxConcurrent: 4,
-			Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}})
+		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
 		f.gw[n] = &scripted{authorize: approved, status: notFound}
 		adapters[n] = f.gw[n]
 	}

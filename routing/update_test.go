@@ -23,8 +23,7 @@ func (f *fixture) reload(t *testing.T, gateways []string, routes []Route) {
 		adapters[name] = gw // retired gateways keep their adapter
 	}
 	for _, n := range gateways {
-		settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: time.Second, MaxConcurrent: 4,
-			Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}})
+		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
 		if f.gw[n] == nil {
 			f.gw[n] = &scripted{authorize: approved, status: notFound}
 			adapters[n] = f.gw[n]
@@ -108,7 +107,7 @@ func TestChargeUnderWayFinishesOnItsConfiguration(t *testing.T) {
 
 // Hedge budgets and what attempts taught of a gateway carry over a reload; fallbacks change.
 func TestUpdateCarriesOverLearningAndChangesFallbacks(t *testing.T) {
-	hedged := Route{Name: "pair", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: time.Second, Budget: 0.5}}
+	hedged := Route{Name: "pair", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: HedgeAfter{Delay: time.Second}, Budget: 0.5}}
 	f := newFixture(t, hedged)
 	before := f.router.table()
 	f.reload(t, []string{"paywell", "ding", "tranglo"}, []Route{hedged})
@@ -166,7 +165,7 @@ func TestReloadMidChargeKeepsItsDomains(t *testing.T) {
 	}{
 		{"status look-up after a timeout", Route{Name: "default", Gateways: []string{"paywell", "ding"}}, timedOut},
 		{"capture of a hedged winner", Route{Name: "default", Gateways: []string{"paywell", "ding"},
-			Hedge: &Hedge{After: time.Second, Budget: 1}},
+			Hedge: &Hedge{After: HedgeAfter{Delay: time.Second}, Budget: 1}},
 			payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_1"}},
 	}
 	for _, tc := range cases {
@@ -197,8 +196,7 @@ func TestReloadMidChargeKeepsItsDomains(t *testing.T) {
 					if n == "paywell" {
 						timeout = 100 * time.Millisecond
 					}
-					settings = append(settings, resilience.GatewaySettings{Name: n, Timeout: timeout, MaxConcurrent: 4,
-						Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}})
+					settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: timeout}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
 				}
 				if _, err := f.dom.Update(settings); err != nil {
 					t.Fatal(err)

@@ -4,79 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/resilience"
-	"github.com/payrouter/payrouter/routing"
 )
-
-// gatewaySettings turns cfg's gateways into resilience's, in file order. It reads each
-// gateway's TLS files (config checked them when it loaded; they are read again here, as a reload
-// must see a rotated certificate), so it fails when one has become unreadable since.
-func gatewaySettings(cfg *config.Config) ([]resilience.GatewaySettings, error) {
-	var settings []resilience.GatewaySettings
-	for _, name := range cfg.GatewayNames {
-		g := cfg.Gateways[name]
-		tlsConfig, tlsFingerprint, err := g.TLS.ClientTLS().Load()
-		if err != nil {
-			return nil, fmt.Errorf("gateways.%s.tls: %w", name, err)
-		}
-		timeouts := map[payrouter.Operation]time.Duration{}
-		for _, op := range payrouter.Operations {
-			timeouts[op] = g.TimeoutFor(string(op))
-		}
-		settings = append(settings, resilience.GatewaySettings{
-			Name: name, Endpoint: g.Kind + " " + g.BaseURL, Timeout: g.Timeout, Timeouts: timeouts,
-			MaxConcurrent: g.MaxConcurrent, MaxWait: g.MaxWait,
-			ProbeInterval: g.Breaker.ProbeInterval, ProbeTimeout: g.Breaker.ProbeTimeout,
-			TLS: tlsConfig, TLSFingerprint: tlsFingerprint,
-			Breaker: resilience.BreakerSettings{
-				ConsecutiveFailures: g.Breaker.ConsecutiveFailures,
-				FailuresInWindow:    g.Breaker.FailuresInWindow,
-				FailureRate:         g.Breaker.FailureRate,
-				MinRequests:         g.Breaker.MinRequests,
-				Window:              g.Breaker.Window,
-				Cooldown:            g.Breaker.Cooldown,
-				HalfOpenRequests:    g.Breaker.HalfOpenRequests,
-				OutOfBand:           g.Breaker.Probe == config.ProbeOutOfBand,
-			},
-		})
-	}
-	return settings, nil
-}
-
-// cooldowns gives each gateway's breaker cooldown, for the transition log line.
-func cooldowns(cfg *config.Config) map[string]time.Duration {
-	out := map[string]time.Duration{}
-	for name, g := range cfg.Gateways {
-		out[name] = g.Breaker.Cooldown
-	}
-	return out
-}
-
-// routesOf turns the configured routes into routing's.
-func routesOf(cfg *config.Config) []routing.Route {
-	var out []routing.Route
-	for _, r := range cfg.Routes {
-		rt := routing.Route{
-			Name: r.Name, Gateways: r.Gateways,
-			Match: routing.Match{Currency: r.Match.Currency, Country: r.Match.Country, MinAmount: r.Match.MinAmount, MaxAmount: r.Match.MaxAmount},
-		}
-		for _, g := range r.SplitOrder {
-			rt.Split = append(rt.Split, routing.Weight{Gateway: g, Weight: r.Split[g]})
-		}
-		rt.Strategy = routing.Strategy(r.Strategy)
-		if r.Hedge != nil {
-			after, p95 := r.Hedge.Delay()
-			rt.Hedge = &routing.Hedge{After: after, P95: p95, Budget: r.Hedge.Budget}
-		}
-		out = append(out, rt)
-	}
-	return out
-}
 
 // initMetrics shows the breakers and bulkheads of the named gateways from the start, with their
 // cooldowns: a dashboard's rate() and the alert rules need the series before the first change.
@@ -118,7 +51,7 @@ func (s *Service) wireGateways(cfg, prev *config.Config) (renewedChecks []string
 			return nil, fmt.Errorf("gateways.%s: %w", name, err)
 		}
 		adapters[name], clients[name] = gw, client
-		if g.Breaker.Probe == config.ProbeOutOfBand {
+		if g.Breaker.OutOfBand() {
 			pgw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, s.domains.ProbeClient(name))
 			if err != nil {
 				return nil, fmt.Errorf("gateways.%s: %w", name, err)

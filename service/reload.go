@@ -32,7 +32,7 @@ func (s *Service) reload(how string) (config.Changes, error) {
 		err = dryRunAdapters(next)
 	}
 	if err == nil {
-		settings, err = gatewaySettings(next) // the TLS files, read again
+		settings, err = next.GatewaySettings() // the TLS files, read again
 	}
 	if err != nil {
 		s.metrics.ConfigReloaded(false)
@@ -64,10 +64,9 @@ func (s *Service) reload(how string) (config.Changes, error) {
 			changes.Gateways.Changed = append(changes.Gateways.Changed, name)
 		}
 	}
-	s.obs.SetCooldowns(cooldowns(next))
 	renewedChecks, err := s.wireGateways(next, running)
 	if err == nil {
-		err = s.router.Update(routesOf(next), s.adapters, next.Fallbacks)
+		err = s.router.Update(next.Routes, s.adapters, next.Fallbacks)
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the

@@ -147,8 +147,8 @@ func cmpRole(r Role) Role {
 // build is New's work, in the order each part needs the ones before it.
 func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter.Store) error {
 	s.creds = httpapi.NewAuthCredentials(cfg.Auth)
-	s.obs = telemetry.NewObserver(s.metrics, s.log, cooldowns(cfg))
-	settings, err := gatewaySettings(cfg)
+	s.obs = telemetry.NewObserver(s.metrics, s.log)
+	settings, err := cfg.GatewaySettings()
 	if err != nil {
 		return refused(err)
 	}
@@ -171,7 +171,7 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		Leases: leases, Holder: s.origin, Log: s.log, Failed: s.metrics.CoordinationFailed,
 	})
 	s.router, err = routing.New(routing.Config{
-		Routes: routesOf(cfg), Gateways: s.adapters, Domains: s.domains, Charges: s.store,
+		Routes: cfg.Routes, Gateways: s.adapters, Domains: s.domains, Charges: s.store,
 		Budget: cfg.RequestTimeout, Log: s.log,
 		Refunds: s.store, Queue: s.store, Observer: s.metrics.RouterObserver(),
 		Fallbacks: cfg.Fallbacks,
@@ -199,7 +199,7 @@ func workerIdle(cfg *config.Config) time.Duration {
 	idle := 10 * time.Second
 	for _, g := range cfg.Gateways {
 		for _, op := range payrouter.Operations {
-			idle = max(idle, 4*g.TimeoutFor(string(op))+time.Second)
+			idle = max(idle, 4*g.TimeoutFor(op)+time.Second)
 		}
 	}
 	return idle

@@ -25,7 +25,7 @@ func Validate(ctx context.Context, cfg *config.Config, getenv func(string) strin
 	if err := telemetry.CheckTracing(ctx, getenv, telemetry.BuildVersion()); err != nil {
 		return refused(err)
 	}
-	if _, err := gatewaySettings(cfg); err != nil {
+	if _, err := cfg.GatewaySettings(); err != nil {
 		return refused(err)
 	}
 	if err := dryRunAdapters(cfg); err != nil {

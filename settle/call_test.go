@@ -28,8 +28,7 @@ func TestCallSaysWhetherTheGatewayWasCalled(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dom := resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", Timeout: time.Second, MaxConcurrent: 1,
-				Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}}}, nil)
+			dom := resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", TimeoutSettings: resilience.TimeoutSettings{Timeout: time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 1}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}}}, nil)
 			t.Cleanup(dom.Close)
 			if tc.open {
 				dom.Breaker("paywell", payrouter.OpCapture).Force(payrouter.ForcedOpen)

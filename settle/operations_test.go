@@ -159,8 +159,7 @@ func newOpsFixture(t *testing.T, opts ...opsOption) *opsFixture {
 	t.Helper()
 	f := &opsFixture{gw: newOpGateway(), obs: &fallbackLog{}, now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	f.store = memstore.New(memstore.WithClock(func() time.Time { return f.now }))
-	settings := resilience.GatewaySettings{Name: "paywell", Timeout: opsTimeout, MaxConcurrent: 4,
-		Breaker: resilience.BreakerSettings{ConsecutiveFailures: 100, Cooldown: time.Minute}}
+	settings := resilience.GatewaySettings{Name: "paywell", TimeoutSettings: resilience.TimeoutSettings{Timeout: opsTimeout}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}}
 	cfg := Config{Charges: f.store, Refunds: f.store, Queue: f.store, Budget: opsBudget, Observer: f.obs}
 	for _, o := range opts {
 		o(&cfg, &settings)

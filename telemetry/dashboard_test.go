@@ -42,11 +42,11 @@ var targetLabels = []string{"instance", "job"}
 func exportedSeries(t *testing.T) map[string][]string {
 	t.Helper()
 	m := NewMetrics()
-	o := NewObserver(m, NewLogger(io.Discard), map[string]time.Duration{"paywell": 30 * time.Second})
+	o := NewObserver(m, NewLogger(io.Discard))
 	const gw, op = "paywell", payrouter.OpCharge
 	m.InitBreaker(gw, op, resilience.StateClosed)
 	m.BreakerCooldown(gw, op, 30*time.Second)
-	o.BreakerTransition(gw, op, resilience.StateClosed, resilience.StateOpen, resilience.Counts{})
+	o.BreakerTransition(gw, op, resilience.StateClosed, resilience.StateOpen, resilience.Counts{}, 30*time.Second)
 	o.BreakerRejected(gw, op)
 	o.CallDone(t.Context(), gw, op, payrouter.OutcomeTimeout, time.Second)
 	m.InitBulkhead(gw, 20)
@@ -692,9 +692,9 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 func TestBreakerOpenedTimestampSurvivesTrials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := NewMetrics()
-		o := NewObserver(m, NewLogger(io.Discard), map[string]time.Duration{"paywell": 4 * time.Second})
+		o := NewObserver(m, NewLogger(io.Discard))
 		m.BreakerCooldown("paywell", payrouter.OpCharge, 4*time.Second)
-		b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{ConsecutiveFailures: 1, Cooldown: 4 * time.Second, HalfOpenRequests: 1}, o)
+		b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: 4 * time.Second}, HalfOpenRequests: 1}, o)
 		call := func(outcome payrouter.Outcome) {
 			t.Helper()
 			done, err := b.Allow()

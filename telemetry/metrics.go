@@ -213,7 +213,7 @@ func (m *Metrics) InitBulkhead(gateway string, capacity int) {
 }
 
 // BreakerTransition implements resilience.Observer.
-func (m *Metrics) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, _ resilience.Counts) {
+func (m *Metrics) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, _ resilience.Counts, _ time.Duration) {
 	m.breakerState.WithLabelValues(gateway, string(op)).Set(stateValue(to))
 	m.breakerTransitions.WithLabelValues(gateway, string(op), string(from), string(to)).Inc()
 }

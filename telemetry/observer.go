@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -12,23 +11,16 @@ import (
 
 // Observer is what the guards report to: the metrics, and the transition log line ops read at
 // 3 a.m. (circuit.opened, circuit.half_opened, circuit.closed) with the counts that caused it and
-// the cooldown.
+// the breaker's cooldown.
 type Observer struct {
 	*Metrics
-	log       *slog.Logger
-	cooldowns atomic.Pointer[map[string]time.Duration] // by gateway
+	log *slog.Logger
 }
 
-// NewObserver returns an Observer over m that logs transitions to log. cooldowns gives each
-// gateway's breaker cooldown, for the log line.
-func NewObserver(m *Metrics, log *slog.Logger, cooldowns map[string]time.Duration) *Observer {
-	o := &Observer{Metrics: m, log: log}
-	o.SetCooldowns(cooldowns)
-	return o
+// NewObserver returns an Observer over m that logs transitions to log.
+func NewObserver(m *Metrics, log *slog.Logger) *Observer {
+	return &Observer{Metrics: m, log: log}
 }
-
-// SetCooldowns gives the gateways' cooldowns after a reload.
-func (o *Observer) SetCooldowns(cooldowns map[string]time.Duration) { o.cooldowns.Store(&cooldowns) }
 
 // transitionEvents names the log line of a transition by the state it enters.
 var transitionEvents = map[resilience.State]string{
@@ -38,9 +30,9 @@ var transitionEvents = map[resilience.State]string{
 }
 
 // BreakerTransition counts the change and logs it: at warning level when a breaker opens.
-func (o *Observer) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, counts resilience.Counts) {
+func (o *Observer) BreakerTransition(gateway string, op payrouter.Operation, from, to resilience.State, counts resilience.Counts, cooldown time.Duration) {
 	o.breakerLeftClosed(gateway, op, from, to, time.Now())
-	o.Metrics.BreakerTransition(gateway, op, from, to, counts)
+	o.Metrics.BreakerTransition(gateway, op, from, to, counts, cooldown)
 	level := slog.LevelInfo
 	if to == resilience.StateOpen {
 		level = slog.LevelWarn
@@ -54,7 +46,7 @@ func (o *Observer) BreakerTransition(gateway string, op payrouter.Operation, fro
 		slog.Int64("requests", counts.Requests),
 		slog.Int64("failures", counts.Failures),
 		slog.Int64("consecutive_failures", counts.ConsecutiveFailures),
-		slog.Int64("cooldown_ms", (*o.cooldowns.Load())[gateway].Milliseconds()),
+		slog.Int64("cooldown_ms", cooldown.Milliseconds()),
 	)
 }
 

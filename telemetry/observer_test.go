@@ -16,8 +16,8 @@ import (
 func TestObserverLogsAndCountsTransitions(t *testing.T) {
 	var logs bytes.Buffer
 	m := NewMetrics()
-	o := NewObserver(m, NewLogger(&logs), map[string]time.Duration{"paywell": 4 * time.Second})
-	b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 4 * time.Second}, o)
+	o := NewObserver(m, NewLogger(&logs))
+	b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 4 * time.Second}}, o)
 	for range 3 {
 		done, err := b.Allow()
 		if err != nil {
