@@ -319,10 +319,11 @@ func benchConfig(in *instance, sims map[string]string, o instanceOptions) string
 	if route == nil {
 		route = gatewayNames
 	}
-	fmt.Fprintf(&b, "routes:\n  - name: default\n    gateways: [%s]\n", strings.Join(route, ", "))
 	// The load generator is one key sending far more than a shop does: its rate limit is set
 	// out of reach, so what is measured includes the limiter's work but none of its refusals.
 	b.WriteString("limits: {requests_per_second: 1000000, burst: 1000000}\n")
+	// The routes come last: a caller may append lines of the route (startRouteStack's hedge).
+	fmt.Fprintf(&b, "routes:\n  - name: default\n    gateways: [%s]\n", strings.Join(route, ", "))
 	return b.String()
 }
 
