@@ -53,24 +53,43 @@ const (
 // Check computes the capacity arithmetic and the warnings of a valid Config.
 func (c *Config) Check() Report {
 	r := Report{RequestTimeout: c.RequestTimeout}
+	warn := func(format string, args ...any) {
+		r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+	}
+	c.listenerWarnings(warn)
 	inRoute := map[string]bool{}
 	for _, rt := range c.Routes {
 		for _, name := range rt.Members() {
 			inRoute[name] = true
 		}
 	}
-	warn := func(format string, args ...any) {
-		r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+	for _, name := range c.GatewayOrder() {
+		gc := c.gatewayCapacity(name)
+		r.Gateways = append(r.Gateways, gc)
+		c.gatewayWarnings(gc, warn)
+		c.breakerWarnings(name, warn)
+		if !inRoute[name] {
+			warn("%s: in no route; only charges that pin it with \"gateway\": %q reach it", join("gateways", name), name)
+		}
 	}
-	budget := c.RequestTimeout
+	for i := range c.Routes {
+		c.routeWarnings(i, warn)
+	}
+	return r
+}
 
+// warnFunc adds one warning to a Report.
+type warnFunc func(format string, args ...any)
+
+// listenerWarnings warns of the secrets allowed only on loopback, of certificates about to
+// expire, and of plain HTTP on an address other hosts reach.
+func (c *Config) listenerWarnings(warn warnFunc) {
 	// Beyond loopback, validation refuses these; on loopback they are allowed, and said.
 	if loopbackOnly(c) {
 		for _, w := range weakSecrets(c) {
 			warn("%s: %s (allowed because both listeners are on loopback; serve refuses it on any other address)", w.path, w.msg)
 		}
 	}
-
 	c.tlsWarnings(time.Now(), warn)
 	if c.TLS == nil && plainHTTPBeyondHost(c.Listen) {
 		warn("listen: %s is reachable from other hosts and tls is not set: API keys and card tokens cross the network in clear text unless a proxy in front terminates TLS (docs/tls.md)", c.Listen)
@@ -78,102 +97,110 @@ func (c *Config) Check() Report {
 	if c.AdminTLS == nil && plainHTTPBeyondHost(c.AdminListen) {
 		warn("admin_listen: %s is reachable from other hosts and admin_tls is not set: the admin token crosses the network in clear text (docs/tls.md)", c.AdminListen)
 	}
+}
 
-	for _, name := range c.GatewayOrder() {
-		g := c.Gateways[name]
-		p := join("gateways", name)
-		gc := Capacity{Gateway: name, Slots: g.MaxConcurrent, Timeout: g.Timeout, MaxWait: g.MaxWait, Rate: rate(g.MaxConcurrent, g.Timeout)}
-		for _, op := range payrouter.Operations {
-			if t := g.TimeoutFor(op); t != g.Timeout {
-				gc.Operations = append(gc.Operations, OperationCapacity{Operation: string(op), Timeout: t, Rate: rate(g.MaxConcurrent, t)})
-			}
-		}
-		r.Gateways = append(r.Gateways, gc)
-
-		// A call's deadline is min(timeout, what is left of request_timeout), so a longer
-		// timeout is a promise the request budget never keeps.
-		if g.Timeout > budget {
-			warn("%s.timeout: %s is longer than request_timeout %s; a call is cut off at %s at the latest, so it never uses its full timeout",
-				p, fmtDuration(g.Timeout), fmtDuration(budget), fmtDuration(budget))
-		} else if g.MaxWait > 0 && g.MaxWait+g.Timeout > budget {
-			warn("%s.max_wait: %s waiting for a slot plus the %s timeout is %s, longer than request_timeout %s; a call that waits may be cut off before %s answers",
-				p, fmtDuration(g.MaxWait), fmtDuration(g.Timeout), fmtDuration(g.MaxWait+g.Timeout), fmtDuration(budget), name)
-		}
-		for _, op := range gc.Operations {
-			if op.Timeout > budget {
-				warn("%s.operations.%s.timeout: %s is longer than request_timeout %s; the call is cut off at %s at the latest",
-					p, op.Operation, fmtDuration(op.Timeout), fmtDuration(budget), fmtDuration(budget))
-			}
-		}
-
-		if g.Insecure {
-			if u, err := url.Parse(g.BaseURL); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-				warn("%s.insecure: plain http:// to %s is allowed; card tokens and credentials cross the network unencrypted", p, u.Hostname())
-			} else {
-				warn("%s.insecure: has no effect (base_url is https:// or loopback); remove it", p)
-			}
-		}
-
-		b := g.Breaker
-		bp := p + ".breaker"
-		if !b.Trips() {
-			warn("%s: no trip rule (%s are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
-				bp, listAnd(payrouter.BreakerTripRules), name)
-		}
-		if n := b.ConsecutiveFailures; n > 0 && n <= noisyConsecutive {
-			warn("%s.consecutive_failures: %d failure(s) in a row happen in normal traffic; the breaker would open on noise (5 is a common choice)", bp, n)
-		}
-		if n := b.FailuresInWindow; n > 0 && n <= noisyWindowFailures {
-			warn("%s.failures_in_window: %d failure(s) within %s happen in normal traffic; the breaker would open on noise", bp, n, fmtDuration(b.Window))
-		}
-		switch fr := b.FailureRate; {
-		case fr > 0 && fr <= typicalErrorRate:
-			warn("%s.failure_rate: %v is at or below a typical 1%% error rate; normal traffic would open the breaker", bp, fr)
-		case fr > 0 && b.MinRequests > 0 && fr*float64(b.MinRequests) <= 1+1e-9:
-			warn("%s.failure_rate: with min_requests %d, a single failure among the first %d calls of a window reaches %v; normal traffic would open the breaker (raise min_requests or the rate)",
-				bp, b.MinRequests, b.MinRequests, fr)
-		}
-		// Charges stuck on the slow gateway finish up to request_timeout after it opened; a
-		// shorter cooldown lets trial calls in while those are still counting against it.
-		if b.Cooldown < budget {
-			warn("%s.cooldown: %s is shorter than request_timeout %s; the breaker may go half-open while the charges that opened it are still in flight",
-				bp, fmtDuration(b.Cooldown), fmtDuration(budget))
-		}
-
-		if !inRoute[name] {
-			warn("%s: in no route; only charges that pin it with \"gateway\": %q reach it", p, name)
+// gatewayCapacity is the capacity arithmetic of one gateway, and of each operation whose timeout
+// is its own.
+func (c *Config) gatewayCapacity(name string) Capacity {
+	g := c.Gateways[name]
+	gc := Capacity{Gateway: name, Slots: g.MaxConcurrent, Timeout: g.Timeout, MaxWait: g.MaxWait, Rate: rate(g.MaxConcurrent, g.Timeout)}
+	for _, op := range payrouter.Operations {
+		if t := g.TimeoutFor(op); t != g.Timeout {
+			gc.Operations = append(gc.Operations, OperationCapacity{Operation: string(op), Timeout: t, Rate: rate(g.MaxConcurrent, t)})
 		}
 	}
+	return gc
+}
 
-	for i, rt := range c.Routes {
-		label := fmt.Sprintf("routes[%d] (%s)", i, display(rt.Name))
-		if rt.Match.All() && i < len(c.Routes)-1 {
-			var later []string
-			for _, next := range c.Routes[i+1:] {
-				later = append(later, display(next.Name))
-			}
-			warn("%s: matches every charge but is not the last route; the routes after it are never used: %s", label, strings.Join(later, ", "))
-		}
-		if rt.Hedge != nil && len(rt.Members()) < 2 {
-			warn("%s: hedge needs a second gateway to hedge to; this route has one", label)
-		}
-		if rt.Hedge != nil {
-			// A call cut off by its timeout answers before the hedge would start: the hedge
-			// then never runs there.
-			if after := rt.Hedge.After; !after.P95 {
-				for _, name := range rt.Members() {
-					if t := c.Gateways[name].TimeoutFor(payrouter.OpCharge); t <= after.Delay {
-						warn("%s: hedge.after %s is not shorter than %s's charge timeout %s; a charge there ends before a hedge could start",
-							label, fmtDuration(after.Delay), name, fmtDuration(t))
-					}
-				}
-			}
-		}
-		if rt.Strategy == routing.SuccessRate && len(rt.Members()) < 2 {
-			warn("%s: strategy %s needs a second gateway to put first; this route has one", label, routing.SuccessRate)
+// gatewayWarnings warns of a gateway's timeouts that request_timeout cuts short, and of an
+// insecure flag.
+func (c *Config) gatewayWarnings(gc Capacity, warn warnFunc) {
+	name, budget := gc.Gateway, c.RequestTimeout
+	g := c.Gateways[name]
+	p := join("gateways", name)
+	// A call's deadline is min(timeout, what is left of request_timeout), so a longer
+	// timeout is a promise the request budget never keeps.
+	if g.Timeout > budget {
+		warn("%s.timeout: %s is longer than request_timeout %s; a call is cut off at %s at the latest, so it never uses its full timeout",
+			p, fmtDuration(g.Timeout), fmtDuration(budget), fmtDuration(budget))
+	} else if g.MaxWait > 0 && g.MaxWait+g.Timeout > budget {
+		warn("%s.max_wait: %s waiting for a slot plus the %s timeout is %s, longer than request_timeout %s; a call that waits may be cut off before %s answers",
+			p, fmtDuration(g.MaxWait), fmtDuration(g.Timeout), fmtDuration(g.MaxWait+g.Timeout), fmtDuration(budget), name)
+	}
+	for _, op := range gc.Operations {
+		if op.Timeout > budget {
+			warn("%s.operations.%s.timeout: %s is longer than request_timeout %s; the call is cut off at %s at the latest",
+				p, op.Operation, fmtDuration(op.Timeout), fmtDuration(budget), fmtDuration(budget))
 		}
 	}
-	return r
+	if g.Insecure {
+		if u, err := url.Parse(g.BaseURL); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+			warn("%s.insecure: plain http:// to %s is allowed; card tokens and credentials cross the network unencrypted", p, u.Hostname())
+		} else {
+			warn("%s.insecure: has no effect (base_url is https:// or loopback); remove it", p)
+		}
+	}
+}
+
+// breakerWarnings warns of a gateway's trip rules that never trip or trip on normal traffic, and
+// of a cooldown shorter than request_timeout.
+func (c *Config) breakerWarnings(name string, warn warnFunc) {
+	b := c.Gateways[name].Breaker
+	bp := join("gateways", name) + ".breaker"
+	if !b.Trips() {
+		warn("%s: no trip rule (%s are all 0); it never opens, so a failing %s keeps taking calls and holding slots until its timeout",
+			bp, listAnd(payrouter.BreakerTripRules), name)
+	}
+	if n := b.ConsecutiveFailures; n > 0 && n <= noisyConsecutive {
+		warn("%s.consecutive_failures: %d failure(s) in a row happen in normal traffic; the breaker would open on noise (5 is a common choice)", bp, n)
+	}
+	if n := b.FailuresInWindow; n > 0 && n <= noisyWindowFailures {
+		warn("%s.failures_in_window: %d failure(s) within %s happen in normal traffic; the breaker would open on noise", bp, n, fmtDuration(b.Window))
+	}
+	switch fr := b.FailureRate; {
+	case fr > 0 && fr <= typicalErrorRate:
+		warn("%s.failure_rate: %v is at or below a typical 1%% error rate; normal traffic would open the breaker", bp, fr)
+	case fr > 0 && b.MinRequests > 0 && fr*float64(b.MinRequests) <= 1+1e-9:
+		warn("%s.failure_rate: with min_requests %d, a single failure among the first %d calls of a window reaches %v; normal traffic would open the breaker (raise min_requests or the rate)",
+			bp, b.MinRequests, b.MinRequests, fr)
+	}
+	// Charges stuck on the slow gateway finish up to request_timeout after it opened; a
+	// shorter cooldown lets trial calls in while those are still counting against it.
+	if b.Cooldown < c.RequestTimeout {
+		warn("%s.cooldown: %s is shorter than request_timeout %s; the breaker may go half-open while the charges that opened it are still in flight",
+			bp, fmtDuration(b.Cooldown), fmtDuration(c.RequestTimeout))
+	}
+}
+
+// routeWarnings warns of routes[i] when routes after it are never reached, or when its hedge or
+// strategy cannot do anything.
+func (c *Config) routeWarnings(i int, warn warnFunc) {
+	rt := c.Routes[i]
+	label := fmt.Sprintf("routes[%d] (%s)", i, display(rt.Name))
+	if rt.Match.All() && i < len(c.Routes)-1 {
+		var later []string
+		for _, next := range c.Routes[i+1:] {
+			later = append(later, display(next.Name))
+		}
+		warn("%s: matches every charge but is not the last route; the routes after it are never used: %s", label, strings.Join(later, ", "))
+	}
+	if rt.Hedge != nil && len(rt.Members()) < 2 {
+		warn("%s: hedge needs a second gateway to hedge to; this route has one", label)
+	}
+	if rt.Hedge != nil && !rt.Hedge.After.P95 {
+		// A call cut off by its timeout answers before the hedge would start: the hedge then
+		// never runs there.
+		after := rt.Hedge.After
+		for _, name := range rt.Members() {
+			if t := c.Gateways[name].TimeoutFor(payrouter.OpCharge); t <= after.Delay {
+				warn("%s: hedge.after %s is not shorter than %s's charge timeout %s; a charge there ends before a hedge could start",
+					label, fmtDuration(after.Delay), name, fmtDuration(t))
+			}
+		}
+	}
+	if rt.Strategy == routing.SuccessRate && len(rt.Members()) < 2 {
+		warn("%s: strategy %s needs a second gateway to put first; this route has one", label, routing.SuccessRate)
+	}
 }
 
 // WriteTo prints the report for people, one gateway per line, and implements io.WriterTo.
