@@ -28,10 +28,9 @@ var listenerGateway = gatewayConfig{Timeout: 2 * time.Second, MaxConcurrent: 50,
 
 // listenerSetup is what a test adds to the configuration and how its clients connect.
 type listenerSetup struct {
-	extra            string      // top-level YAML appended to the configuration
-	storefront       *tls.Config // the storefront client's TLS; nil: plain HTTP
-	admin            *tls.Config // the admin client's TLS; nil: plain HTTP
-	storefrontClient *http.Client
+	extra      string      // top-level YAML appended to the configuration
+	storefront *tls.Config // the storefront client's TLS; nil: plain HTTP
+	admin      *tls.Config // the admin client's TLS; nil: plain HTTP
 }
 
 // startListenerPayrouter starts gatewaysim and a payrouter whose configuration ends with

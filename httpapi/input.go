@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/url"
 	"regexp"
 
@@ -18,7 +19,7 @@ const maxPathID = 64
 
 // pathIDPattern is what an id in a path may be made of: payrouter's ids, and nothing that could
 // carry text into a problem's detail or a log line.
-var pathIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+var pathIDPattern = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9_.:-]{1,%d}$`, maxPathID))
 
 // validPathID reports whether id may be looked up: see pathIDPattern, and no card number (its
 // characters are never percent-escaped).
@@ -45,7 +46,7 @@ func (s *server) screenPathID(next echo.HandlerFunc) echo.HandlerFunc {
 					fieldError{Field: "id", Message: cardNumberRefusal}))
 			case !pathIDPattern.MatchString(id):
 				return writeProblem(c, invalid("the id in the path is not one payrouter makes",
-					fieldError{Field: "id", Message: "must be 1 to 64 of A-Z a-z 0-9 _ . : -"}))
+					fieldError{Field: "id", Message: fmt.Sprintf("must be 1 to %d of A-Z a-z 0-9 _ . : -", maxPathID)}))
 			}
 		}
 		return next(c)

@@ -40,7 +40,7 @@ func (s *Service) Serve(ctx context.Context, hup <-chan os.Signal) error {
 	}
 	s.log.Info("payrouter.serving", "listen", listeners[0].Addr().String(), "admin_listen", listeners[1].Addr().String(),
 		"tls", listeners[0].TLS(), "admin_tls", listeners[1].TLS(),
-		"gateways", s.cfg.GatewayNames, "state", s.StateName(), "origin", s.origin)
+		"gateways", s.cfg.GatewayNames, "state", s.stateName(), "origin", s.origin)
 	if err := s.serving(ctx, hup, errc); err != nil {
 		for _, srv := range servers {
 			srv.Close()

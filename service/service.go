@@ -219,9 +219,6 @@ func (s *Service) Deps() httpapi.Deps {
 	return deps
 }
 
-// Origin names this process as the fleet and the probe leases know it: host/role/pid.
-func (s *Service) Origin() string { return s.origin }
-
 // Start starts the work done in the background until Close: the state store's health check and
 // the fleet's sync, the prober, and in Serve the database watch, the queue worker and the
 // reconciler. It does nothing when called again.
@@ -273,9 +270,9 @@ func (s *Service) closing(what string, close func() error) func() {
 	}
 }
 
-// StateName says where the state lives, for the start-up log line (never the URL: it may hold a
+// stateName says where the state lives, for the start-up log line (never the URL: it may hold a
 // password).
-func (s *Service) StateName() string {
+func (s *Service) stateName() string {
 	switch {
 	case s.shared != nil:
 		return "postgresql+redis"
