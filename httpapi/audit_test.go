@@ -37,7 +37,7 @@ func TestAuditLines(t *testing.T) {
 		{"action": "breaker.force-open", "actor": "admin:admin", "breaker": "paywell/charge", "status": 200.0, "result": "ok"},
 		{"action": "breaker.reset", "actor": "admin:admin", "breaker": "paywell/charge", "status": 200.0, "result": "ok"},
 	}
-	got := st.log.named(t, "audit")
+	got := st.log.Named(t, "audit")
 	if len(got) != len(want) {
 		t.Fatalf("%d audit lines, want %d (a refused token is not an action):\n%s", len(got), len(want), st.log.String())
 	}

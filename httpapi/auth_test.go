@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter/config"
+	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -224,7 +225,7 @@ func TestAdminTokens(t *testing.T) {
 // request id, never the token.
 func TestAuthFailedCountsAndLogs(t *testing.T) {
 	creds := NewAuthCredentials(config.Auth{APIKeys: []config.APIKey{{Key: "key-good"}}, AdminToken: "admin-good"})
-	var logs syncBuffer
+	var logs testlog.Buffer
 	w := whoAmI(t, creds, slog.New(slog.NewJSONHandler(&logs, nil)))
 	sends := []struct {
 		h                       http.Handler
@@ -251,7 +252,7 @@ func TestAuthFailedCountsAndLogs(t *testing.T) {
 	do(w.api, "GET", "/whoami", "", "Authorization", "Bearer key-good")
 	do(w.admin, "GET", "/admin/whoami", "", "Authorization", "Bearer admin-good")
 
-	lines := logs.named(t, "auth.failed")
+	lines := logs.Named(t, "auth.failed")
 	if len(lines) != len(sends) {
 		t.Fatalf("%d auth.failed lines, want %d:\n%s", len(lines), len(sends), logs.String())
 	}
@@ -302,18 +303,18 @@ func grepLines(text, substr string) string {
 func TestAuthFailedFloodIsSampled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		creds := NewCredentials([]string{"key-good"}, "")
-		var logs syncBuffer
+		var logs testlog.Buffer
 		w := whoAmI(t, creds, slog.New(slog.NewJSONHandler(&logs, nil)))
 		const flood = 1000
 		for range flood {
 			do(w.api, "GET", "/whoami", "", "Authorization", "Bearer key-wrong")
 		}
-		if n := len(logs.named(t, "auth.failed")); n != authLogBurst {
+		if n := len(logs.Named(t, "auth.failed")); n != authLogBurst {
 			t.Errorf("%d lines for a flood of %d at once, want %d", n, flood, authLogBurst)
 		}
 		time.Sleep(time.Second / authLogRate)
 		do(w.api, "GET", "/whoami", "", "Authorization", "Bearer key-wrong")
-		lines := logs.named(t, "auth.failed")
+		lines := logs.Named(t, "auth.failed")
 		if last := lines[len(lines)-1]; len(lines) != authLogBurst+1 || last["suppressed"] != float64(flood-authLogBurst) {
 			t.Errorf("after a pause: %d lines, the last %v; want %d lines, the last with suppressed %d", len(lines), last, authLogBurst+1, flood-authLogBurst)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/internal/testlog"
 )
 
 // TestErrorProblem: every kind of error a handler meets becomes one problem, with Retry-After
@@ -54,7 +55,7 @@ func TestErrorProblem(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &syncBuffer{}
+			logs := &testlog.Buffer{}
 			_, s := newEcho(Deps{Log: slog.New(slog.NewJSONHandler(logs, nil))})
 			rec := httptest.NewRecorder()
 			c := echo.New().NewContext(httptest.NewRequest("POST", "/charge/ch_ABC/capture", nil), rec)
@@ -73,7 +74,7 @@ func TestErrorProblem(t *testing.T) {
 			if p.Status == 500 && strings.Contains(p.Detail, "fire") {
 				t.Errorf("an internal error's detail shows its cause: %q", p.Detail)
 			}
-			lines := logs.named(t, "capture.failed")
+			lines := logs.Named(t, "capture.failed")
 			if !tc.logged {
 				if logs.String() != "" {
 					t.Errorf("logged, want nothing: %s", logs.String())
@@ -130,7 +131,7 @@ func TestHandlersLogInternalErrorsOnly(t *testing.T) {
 				if r.status != tc.status || problemType(t, r) != tc.typ {
 					t.Fatalf("%d %s, want %d %s", r.status, r.body, tc.status, tc.typ)
 				}
-				lines := st.log.named(t, rq.event)
+				lines := st.log.Named(t, rq.event)
 				if !tc.logged {
 					if len(lines) != 0 {
 						t.Errorf("logged %v, want nothing", lines)
@@ -151,21 +152,21 @@ func TestHandlersLogInternalErrorsOnly(t *testing.T) {
 // TestHandlerErrorsReachingEcho: an error a handler returns instead of answering is answered
 // and logged as internal, once, by the one mapping; echo's own refusals are answers, not logged.
 func TestHandlerErrorsReachingEcho(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	e, _ := newEcho(Deps{Log: slog.New(slog.NewJSONHandler(logs, nil))})
 	e.GET("/broken", func(echo.Context) error { return errors.New("encoding the answer: unsupported value") })
 	r := do(e, "GET", "/broken", "")
 	if r.status != 500 || problemType(t, r) != "/problems/internal" || strings.Contains(r.body, "unsupported") {
 		t.Errorf("a handler's raw error: %d %s, want 500 internal that does not show the cause", r.status, r.body)
 	}
-	if lines := logs.named(t, "http.failed"); len(lines) != 1 || lines[0]["err"] != "encoding the answer: unsupported value" || lines[0]["request_id"] == "" {
+	if lines := logs.Named(t, "http.failed"); len(lines) != 1 || lines[0]["err"] != "encoding the answer: unsupported value" || lines[0]["request_id"] == "" {
 		t.Errorf("http.failed lines %v, want one with the error and the request id", lines)
 	}
 	r = do(e, "GET", "/nowhere", "")
 	if r.status != 404 || problemType(t, r) != "/problems/not-found" {
 		t.Errorf("an unknown route: %d %s, want 404 not-found", r.status, r.body)
 	}
-	if n := len(logs.named(t, "http.failed")); n != 1 {
+	if n := len(logs.Named(t, "http.failed")); n != 1 {
 		t.Errorf("an unknown route was logged as a failure (%d http.failed lines)", n)
 	}
 }

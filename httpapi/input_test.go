@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/internal/testlog"
 )
 
 // keyRecorder is a Store that notes every idempotency key the handlers give it.
@@ -93,7 +94,7 @@ var logTime = regexp.MustCompile(`"time":"[^"]*"`)
 
 // logText is what the handlers logged, without each line's time: its nanoseconds are digits
 // that may spell "4111" by chance.
-func logText(b *syncBuffer) string { return logTime.ReplaceAllString(b.String(), `"time":""`) }
+func logText(b *testlog.Buffer) string { return logTime.ReplaceAllString(b.String(), `"time":""`) }
 
 // TestCardNumbersRefusedEverywhere: every form of a card number of issue 12 is refused in
 // every caller-supplied string of the storefront API, naming where, never repeating it, and

@@ -1,14 +1,12 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/ding/dingsim"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -32,9 +31,9 @@ type stack struct {
 	domains    *resilience.Domains
 	store      *memstore.Store
 	router     *routing.Router
-	creds      *Credentials // both handlers': a test may set other keys
-	log        *syncBuffer  // every line both handlers logged, JSON
-	keys       *keyRecorder // every idempotency key the handlers gave the store
+	creds      *Credentials    // both handlers': a test may set other keys
+	log        *testlog.Buffer // every line both handlers logged, JSON
+	keys       *keyRecorder    // every idempotency key the handlers gave the store
 }
 
 func newStack(t testing.TB, adminToken string) *stack {
@@ -46,7 +45,7 @@ func newStack(t testing.TB, adminToken string) *stack {
 // handlers are made.
 func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts ...func(*Deps)) *stack {
 	t.Helper()
-	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &syncBuffer{}}
+	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &testlog.Buffer{}}
 	names := []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
 	for _, n := range names {
@@ -96,43 +95,6 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
-}
-
-// syncBuffer is a log destination the handlers may write to from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// named returns the JSON log lines written so far whose msg is msg, decoded.
-func (b *syncBuffer) named(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 type reply struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/ding/dingsim"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -34,7 +35,7 @@ import (
 type tracedStack struct {
 	*stack
 	spans *tracetest.InMemoryExporter
-	log   *syncBuffer
+	log   *testlog.Buffer
 
 	mu          sync.Mutex
 	traceparent map[string][]string // by gateway
@@ -45,7 +46,7 @@ type tracedStack struct {
 func newTracedStack(t *testing.T) *tracedStack {
 	t.Helper()
 	ts := &tracedStack{stack: &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}},
-		spans: tracetest.NewInMemoryExporter(), log: &syncBuffer{}, traceparent: map[string][]string{}}
+		spans: tracetest.NewInMemoryExporter(), log: &testlog.Buffer{}, traceparent: map[string][]string{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(ts.spans))
 	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)

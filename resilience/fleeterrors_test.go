@@ -3,16 +3,15 @@ package resilience
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/internal/testlog"
 )
 
 // errTimeout is what a shared store that does not answer in time returns; it does not mark the
@@ -104,25 +103,6 @@ func (c *failures) of(call string) int {
 	return c.n[call]
 }
 
-// logLines decodes the JSON lines in buf whose msg is msg.
-func logLines(t *testing.T, buf *bytes.Buffer, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // runFleet runs a Fleet of one gateway (three failures trip it, a minute's cooldown) on shared,
 // refreshing every second, until the returned stop.
 func runFleet(t *testing.T, shared payrouter.FleetBreakers, log *bytes.Buffer, failed *failures) (*Breaker, func()) {
@@ -155,7 +135,7 @@ func TestFleetOpenThatFailsIsSentAgain(t *testing.T) {
 		if n := failed.of("open_breaker"); n != 2 {
 			t.Errorf("open_breaker failures counted: %d, want 2", n)
 		}
-		lines := logLines(t, log, "fleet.call_failed")
+		lines := testlog.Lines(t, log.String(), "fleet.call_failed")
 		if len(lines) != 1 || lines[0]["call"] != "open_breaker" || lines[0]["breaker"] != "paywell/charge" || lines[0]["err"] != errTimeout.Error() {
 			t.Fatalf("fleet.call_failed lines %v, want one for open_breaker of paywell/charge with the error", lines)
 		}
@@ -204,7 +184,7 @@ func TestFleetReportThatFailsIsCountedAndLoggedOnce(t *testing.T) {
 		if n := failed.of("report_outcomes"); n != 5 {
 			t.Errorf("report_outcomes failures counted: %d, want 5", n)
 		}
-		if n := len(logLines(t, log, "fleet.call_failed")); n != 1 {
+		if n := len(testlog.Lines(t, log.String(), "fleet.call_failed")); n != 1 {
 			t.Errorf("%d fleet.call_failed lines for one run of failures, want 1:\n%s", n, log)
 		}
 		shared.mu.Lock()
@@ -215,7 +195,7 @@ func TestFleetReportThatFailsIsCountedAndLoggedOnce(t *testing.T) {
 		shared.failReports = true
 		shared.mu.Unlock()
 		report()
-		if n := len(logLines(t, log, "fleet.call_failed")); n != 2 {
+		if n := len(testlog.Lines(t, log.String(), "fleet.call_failed")); n != 2 {
 			t.Errorf("%d fleet.call_failed lines for two runs of failures, want 2:\n%s", n, log)
 		}
 	})
@@ -254,13 +234,13 @@ func TestProberSaysItsLeaseFailed(t *testing.T) {
 		if n := failed.of("hold_lease"); n != 3 {
 			t.Errorf("hold_lease failures counted: %d, want 3", n)
 		}
-		lines := logLines(t, log, "probe.lease_failed")
+		lines := testlog.Lines(t, log.String(), "probe.lease_failed")
 		if len(lines) != 1 || lines[0]["gateway"] != "paywell" || lines[0]["err"] != errTimeout.Error() {
 			t.Errorf("probe.lease_failed lines %v, want one naming paywell and the error", lines)
 		}
 		cancel()
 		wg.Wait()
-		if n := failed.of("drop_lease"); n != 1 || len(logLines(t, log, "probe.lease_drop_failed")) != 1 {
+		if n := failed.of("drop_lease"); n != 1 || len(testlog.Lines(t, log.String(), "probe.lease_drop_failed")) != 1 {
 			t.Errorf("drop_lease failures: %d counted, log:\n%s\nwant 1 counted and logged", n, log)
 		}
 	})

@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/internal/testlog"
 )
 
 // Test timings: intervals short enough that recovery is seen in milliseconds, and a deadline
@@ -191,24 +191,6 @@ func (f *fakePrimary) HoldLease(context.Context, string, string, time.Duration) 
 
 func (f *fakePrimary) DropLease(context.Context, string, string) error { return f.enter() }
 
-// syncBuffer is a log sink safe for the health goroutine and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // changes records OnChange calls, and what the primary held when the last OnChange(true) was
 // called: what a caller re-syncing its breakers from there would read.
 type changes struct {
@@ -246,13 +228,13 @@ func (c *changes) get() []bool {
 type harness struct {
 	*Store
 	fake    *fakePrimary
-	log     *syncBuffer
+	log     *testlog.Buffer
 	changes *changes
 }
 
 func start(t *testing.T, f *fakePrimary) *harness {
 	t.Helper()
-	h := &harness{fake: f, log: &syncBuffer{}, changes: &changes{}}
+	h := &harness{fake: f, log: &testlog.Buffer{}, changes: &changes{}}
 	h.Store = New(f, Options{
 		Unavailable: isNetError,
 		CheckDown:   checkDown,

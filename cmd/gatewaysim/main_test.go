@@ -15,26 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/internal/testpki"
 )
 
 // lines collects what run writes, for reading while it runs.
-type lines struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type lines struct{ testlog.Buffer }
 
 // urls reads the "listening" log lines: gateway name to URL.
 func (l *lines) urls(t *testing.T) map[string]string {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/payrouter/payrouter/internal/testlog"
 )
 
 // TestCheckAndServeRefuseWeakSecretsBeyondLoopback: check and serve refuse the same demo
@@ -25,7 +27,7 @@ func TestCheckAndServeRefuseWeakSecretsBeyondLoopback(t *testing.T) {
 
 	for _, cmd := range []string{"check", "serve"} {
 		t.Run(cmd+" beyond loopback", func(t *testing.T) {
-			var out, errOut syncBuffer
+			var out, errOut testlog.Buffer
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			err := run(ctx, []string{cmd, "-config", public}, os.Getenv, &out, &errOut)
@@ -155,10 +157,10 @@ func TestRunDemoScript(t *testing.T) {
 
 // servePath runs serve on the configuration at path until the test ends and returns the
 // storefront and admin base URLs and the log.
-func servePath(t *testing.T, path string) (storefront, admin string, logs *syncBuffer) {
+func servePath(t *testing.T, path string) (storefront, admin string, logs *testlog.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &testlog.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", path}, os.Getenv, io.Discard, logs) }()
 	t.Cleanup(func() {

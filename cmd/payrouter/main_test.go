@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,25 +20,8 @@ import (
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
 	"github.com/payrouter/payrouter/gateways/tranglo/tranglosim"
+	"github.com/payrouter/payrouter/internal/testlog"
 )
-
-// syncBuffer is an io.Writer the test reads while run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startSims runs the three simulated gateways in process, on loopback sockets.
 func startSims(t *testing.T) map[string]*httptest.Server {
@@ -139,7 +121,7 @@ func TestServeChargesAndDrains(t *testing.T) {
 	path := writeConfig(t, sims, "")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", path}, os.Getenv, io.Discard, &logs) }()
 
