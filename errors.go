@@ -90,6 +90,11 @@ var (
 	// ErrHoldLost: the request's hold on its idempotency key ran out and a later request took
 	// the key; the write was refused, so the stalled holder changes nothing.
 	ErrHoldLost = errors.New("idempotency hold lost to a later request")
+	// ErrStale: a transition found the charge or refund changed since its caller read it
+	// (another request, another instance, the reconciler or the queue worker moved it first),
+	// and wrote nothing. The caller reads it again and decides anew from what it finds: the
+	// money rules are always checked against the state the write replaces.
+	ErrStale = errors.New("changed since it was read")
 	// ErrStateUnavailable is wrapped by every error a money store returns because it could not
 	// be reached or did not answer in time (as opposed to an answer about the data). Money
 	// requests then answer 503 state-unavailable and call no gateway.

@@ -205,13 +205,31 @@ type Charge struct {
 	Reference        string `json:"reference,omitempty"` // sent to Gateway as its idempotency field
 	DeclineCode      string `json:"decline_code,omitempty"`
 	// Refunded is the sum of the refunds the gateway applied (queued ones are not in it yet).
-	Refunded  int64     `json:"refunded,omitempty"`
-	Attempts  []Attempt `json:"attempts"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Refunded int64 `json:"refunded,omitempty"`
+	// RefundsReserved is the sum of the refunds sent or queued whose answer is not known yet:
+	// Refunded and RefundsReserved together never exceed Amount (ReserveRefund).
+	RefundsReserved int64 `json:"refunds_reserved,omitempty"`
+	// Changing is a capture or void of this authorization sent to its gateway and not answered
+	// yet, since ChangingSince: the opposite operation is refused meanwhile (BeginChange).
+	Changing      Operation `json:"changing,omitempty"`
+	ChangingSince time.Time `json:"changing_since,omitzero"`
+	Attempts      []Attempt `json:"attempts"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 	// Hold is the idempotency hold of the request writing the charge: saves made with it are
 	// fenced (ChargeStore.SaveCharge). Never stored.
 	Hold Hold `json:"-"`
+	// Stored is what the store held of the charge when it was read or last written: the version
+	// the next write is conditional on, and the state that write's transition starts from. Set
+	// by the stores; the zero value is a charge not stored yet.
+	Stored Stored `json:"-"`
+}
+
+// Stored is a charge's version in its store and the state it was in at that version.
+type Stored struct {
+	Version  int64
+	Status   ChargeStatus
+	Refunded int64
 }
 
 // Attempt is one try at one gateway for a charge, in the order they were made.

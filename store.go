@@ -5,13 +5,17 @@ import (
 	"time"
 )
 
-// ChargeStore keeps charges. Charges are written whole: the request holding the charge's
-// idempotency key is the only writer of a charge while it runs.
+// ChargeStore keeps charges. Every write is a transition from the version its caller read:
+// a charge changed meanwhile is never overwritten with what was computed from an older one.
 type ChargeStore interface {
-	// SaveCharge creates or replaces the charge with c.ID. When c.Hold is held, the write is
-	// fenced: it is refused with ErrHoldLost unless c.Hold is still the key's latest claim.
+	// SaveCharge writes c as the next version of its charge: created when c.Stored.Version is 0
+	// and no charge has c.ID, else in place of the stored charge only while that is still at
+	// c.Stored.Version. ErrStale, and nothing written, otherwise. When c.Hold is held the write
+	// is fenced too: ErrHoldLost unless c.Hold is still the key's latest claim. The events of
+	// the change (ChargeEvents from c.Stored to c) are written with it, in the same
+	// transaction. On success c.Stored is the new version.
 	SaveCharge(ctx context.Context, c *Charge) error
-	// Charge returns the charge with that id, or ErrNotFound.
+	// Charge returns the charge with that id (its Stored set), or ErrNotFound.
 	Charge(ctx context.Context, id string) (*Charge, error)
 	// ChargesByStatus returns up to limit charges in that status, oldest first (the reconciler
 	// reads the processing ones).
@@ -86,12 +90,39 @@ type BreakerStateStore interface {
 	ForcedStates(ctx context.Context) (map[string]Forced, error)
 }
 
+// RefundChange is one move of a refund, with what it does to its charge and the task that
+// follows it up, written together or not at all (RefundStore.ChangeRefund).
+type RefundChange struct {
+	// Refund is the refund as it is to be stored.
+	Refund *Refund
+	// From is the status the refund must be stored in now; "" for a new refund, which no
+	// refund with its id may precede.
+	From RefundStatus
+	// Charge, when set, is the next version of the refund's charge (its reservations or its
+	// refunded amount move with the refund), written as ChargeStore.SaveCharge writes it.
+	Charge *Charge
+	// Task, when set, is queued with the change; its ID is set.
+	Task *Task
+}
+
 // RefundStore keeps refunds.
 type RefundStore interface {
-	// SaveRefund creates or replaces the refund with r.ID.
-	SaveRefund(ctx context.Context, r *Refund) error
+	// ChangeRefund writes ch: the refund moves from ch.From to its status, its charge to its
+	// next version, and the task is queued, in one transaction; ErrStale, and nothing written,
+	// when the refund is not in ch.From or the charge not at ch.Charge.Stored.Version. The
+	// events of both moves (RefundEvents, ChargeEvents) are written with them.
+	ChangeRefund(ctx context.Context, ch RefundChange) error
 	// Refund returns the refund with that id, or ErrNotFound.
 	Refund(ctx context.Context, id string) (*Refund, error)
+}
+
+// EventStore lists the events the stores wrote with every change of a charge or refund.
+type EventStore interface {
+	// Events returns up to limit of owner's events oldest first, from just after the event
+	// with id after ("": from the oldest kept); more is true when more follow. A reader paging
+	// with the last id it got never misses an event and never sees one twice, whichever order
+	// concurrent writers committed in. ErrNotFound when after names no event of owner's.
+	Events(ctx context.Context, owner, after string, limit int) (events []Event, more bool, err error)
 }
 
 // TaskKind says what a queued Task asks for.
@@ -153,11 +184,14 @@ type Queue interface {
 type Store interface {
 	ChargeStore
 	RefundStore
+	EventStore
 	Queue
 	IdempotencyStore
-	// CompleteCharge saves c and completes h's key with rec in one step (one transaction in the
-	// database): the final state of a charge and the answer its request got are stored together
-	// or not at all. Both are fenced by h: ErrHoldLost when a later claim took the key.
+	// CompleteCharge saves c (as SaveCharge does, events included) and completes h's key with
+	// rec in one step (one transaction in the database): the final state of a charge and the
+	// answer its request got are stored together or not at all. Both are fenced by h:
+	// ErrHoldLost when a later claim took the key; ErrStale when the charge changed since
+	// c.Stored, and then the key is not completed either.
 	CompleteCharge(ctx context.Context, c *Charge, h Hold, rec IdempotencyRecord, ttl time.Duration) error
 	// Ping reports whether the store answers; /readyz uses it.
 	Ping(ctx context.Context) error

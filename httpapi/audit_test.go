@@ -26,7 +26,7 @@ func TestAuditLines(t *testing.T) {
 	declinedID := decodeInto[struct {
 		ChargeID string `json:"charge_id"`
 	}](t, declined).ChargeID
-	key1, key2 := "key:"+scopeOf(sha("key-1")), "key:"+scopeOf(sha("key-2"))
+	key1, key2 := "key:"+digestScope(sha("key-1")), "key:"+digestScope(sha("key-2"))
 	want := []map[string]any{
 		{"action": "charge", "actor": key1, "charge_id": id, "status": 201.0, "result": "ok"},
 		{"action": "capture", "actor": key1, "charge_id": id, "status": 200.0, "result": "ok", "request_id": "req-capture-1"},

@@ -72,3 +72,16 @@ func (s *server) authFailed(c echo.Context, listener, reason string) error {
 	}
 	return writeProblem(c, newProblem(payrouter.EUnauthorized, detail))
 }
+
+// scope is the API key scope an authenticated storefront request acts for: what its charges,
+// refunds, events and idempotency keys belong to (auth.api_keys scope).
+type scope string
+
+// scopeContextKey is where requireAPIKey keeps the request's scope.
+const scopeContextKey = "key_scope"
+
+// scopeOf returns the scope of an authenticated request ("" before requireAPIKey ran).
+func scopeOf(c echo.Context) string {
+	s, _ := c.Get(scopeContextKey).(scope)
+	return string(s)
+}

@@ -145,7 +145,7 @@ func whoAmI(t *testing.T, creds *Credentials, log *slog.Logger) whoami {
 	t.Helper()
 	metrics := telemetry.NewMetrics()
 	answer := func(c echo.Context) error {
-		scope, _ := c.Get("key_scope").(string)
+		scope := scopeOf(c)
 		return c.String(http.StatusOK, strings.TrimSpace(actorOf(c)+" "+scope))
 	}
 	api, s := newEcho(Deps{Credentials: creds, Metrics: metrics, Log: log})

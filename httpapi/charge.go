@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -152,7 +153,7 @@ func fingerprint(op string, v any) string {
 // lost its key to a later request changes nothing.
 func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payrouter.Hold) (answer, error), current func(ctx context.Context) (answer, bool, error)) error {
 	ctx := c.Request().Context()
-	storeKey := payrouter.IdempotencyStoreKey(c.Get("key_scope").(string), key)
+	storeKey := payrouter.IdempotencyStoreKey(scopeOf(c), key)
 	rec, hold, err := s.Store.Claim(ctx, storeKey, fp, s.holdFor())
 	if err != nil || rec != nil {
 		return s.answerTaken(c, "idempotency.claim_failed", rec, err, current)
@@ -168,18 +169,13 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 		return err
 	}
 	if storedStatuses[a.status] {
-		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
-		if a.charge != nil {
-			err = s.Store.CompleteCharge(storeCtx, a.charge, hold, r, s.IdempotencyTTL)
-		} else {
-			err = s.Store.Complete(storeCtx, hold, r, s.IdempotencyTTL)
-		}
+		a, err = s.complete(storeCtx, c, hold, fp, a)
 		switch {
 		case errors.Is(err, payrouter.ErrHoldLost):
 			// A later request with this key took it while this one stalled; that request
 			// settled what this one sent and holds the key's answer. Telling this client
 			// anything else would be a second answer to one key.
-			s.Log.Warn("idempotency.hold_lost", "key_scope", c.Get("key_scope"), "status", a.status,
+			s.Log.Warn("idempotency.hold_lost", "key_scope", scopeOf(c), "status", a.status,
 				"then", "the later request with this key answers for it")
 			return s.writeError(c, "idempotency.complete_failed", err)
 		case err != nil:
@@ -204,6 +200,41 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 	}
 	return c.Blob(a.status, a.header[echo.HeaderContentType], a.body)
 }
+
+// complete stores the answer a for hold's key, with the final state of its charge when it has
+// one, in one step. A charge changed since the request last wrote it is not overwritten: one
+// still processing takes the request's answer on top of what was noted meanwhile (payrouter.
+// Charge.Rebase), one that moved on (resolved by a look-up while the request ran) stands, and
+// the key is completed with the answer it gives now. It returns the answer stored.
+func (s *server) complete(ctx context.Context, c echo.Context, hold payrouter.Hold, fp string, a answer) (answer, error) {
+	for range completeTries {
+		r := payrouter.IdempotencyRecord{Fingerprint: fp, Status: a.status, Header: a.header, Body: a.body, CreatedAt: time.Now().UTC()}
+		if a.charge == nil {
+			return a, s.Store.Complete(ctx, hold, r, s.IdempotencyTTL)
+		}
+		err := s.Store.CompleteCharge(ctx, a.charge, hold, r, s.IdempotencyTTL)
+		if !errors.Is(err, payrouter.ErrStale) {
+			return a, err
+		}
+		stored, err := s.Store.Charge(ctx, a.charge.ID)
+		if err != nil {
+			return a, err
+		}
+		if a.charge.Rebase(stored) {
+			continue
+		}
+		now, err := s.chargeAnswer(c, stored, nil)
+		if err != nil {
+			return a, err
+		}
+		now.charge = stored
+		a = now
+	}
+	return a, fmt.Errorf("charge %s: %w", a.charge.ID, payrouter.ErrStale)
+}
+
+// completeTries bounds complete's reads of a charge changed under it.
+const completeTries = 4
 
 // answerTaken answers a key that Claim or Peek did not give to this request: its replay (rec),
 // 409 while it is in flight, 422 when it was used with another body, or the store's error
@@ -316,7 +347,7 @@ func (s *server) createCharge(c echo.Context) error {
 		return writeProblem(c, invalid("the charge is not valid; see errors",
 			fieldError{Field: "gateway", Message: "is not a configured gateway"}))
 	}
-	scope := c.Get("key_scope").(string)
+	scope := scopeOf(c)
 	id := chargeIDFor(scope, key)
 	c.Set("charge_id", id) // for the request's span and the audit line
 	fp := fingerprint("POST /charge", in)
@@ -333,7 +364,7 @@ func (s *server) createCharge(c echo.Context) error {
 // with another body 422, and any other gets the honest 503, which is not stored (the client
 // sends the same key again after Retry-After).
 func (s *server) fastFail(c echo.Context, key, fp string, u *fallback.Unavailable, current func(ctx context.Context) (answer, bool, error)) error {
-	rec, err := s.Store.Peek(c.Request().Context(), payrouter.IdempotencyStoreKey(c.Get("key_scope").(string), key), fp)
+	rec, err := s.Store.Peek(c.Request().Context(), payrouter.IdempotencyStoreKey(scopeOf(c), key), fp)
 	if err != nil || rec != nil {
 		return s.answerTaken(c, "idempotency.peek_failed", rec, err, current)
 	}

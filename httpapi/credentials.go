@@ -91,7 +91,7 @@ func keyScope(k config.APIKey) string {
 	if k.Name != "" {
 		return namedScope(k.Name)
 	}
-	return scopeOf(sha256.Sum256([]byte(k.Key)))
+	return digestScope(sha256.Sum256([]byte(k.Key)))
 }
 
 // namedScope is the scope of a named API key: "name:" and the name. A digest's scope is 16 hex

@@ -206,7 +206,7 @@ func TestStoreSeesNoIdempotencyKey(t *testing.T) {
 		t.Fatalf("capture: %d %s", r.status, r.body)
 	}
 	keys = append(keys, "capture-of-1001")
-	scope := scopeOf(sha256.Sum256([]byte("key-1")))
+	scope := digestScope(sha256.Sum256([]byte("key-1")))
 	seen := st.keys.keys()
 	if len(seen) == 0 {
 		t.Fatal("the store was given no key")

@@ -83,6 +83,7 @@ func TestOpenAPI(t *testing.T) {
 			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "down-"+op, ""), 503)
 		}
 		st.expect(t, st.get(t, "/refund/re_nothing"), 503)
+		st.expect(t, st.get(t, "/events"), 503)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
 		for _, action := range breakerActions {
 			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 500)
@@ -98,6 +99,7 @@ func TestOpenAPI(t *testing.T) {
 			st.expect(t, st.post(t, "/charge/ch_nothing/"+op, "broken-"+op, ""), 500)
 		}
 		st.expect(t, st.get(t, "/refund/re_nothing"), 500)
+		st.expect(t, st.get(t, "/events"), 500)
 	})
 
 	t.Run("charges, captures, voids and refunds", func(t *testing.T) {
@@ -125,6 +127,17 @@ func TestOpenAPI(t *testing.T) {
 		st.expect(t, st.post(t, "/charge/"+authorized[3]+"/refund", "ref-3", ""), 409)
 		st.expect(t, st.get(t, "/charge/"+captured), 200) // amount_refunded
 
+		// The changes above, as events: charges and refunds alike.
+		page := st.expect(t, st.get(t, "/events?limit=100"), 200)
+		if got, _ := page.obj["data"].([]any); len(got) < 8 {
+			t.Fatalf("GET /events listed %d events after charges, captures, voids and refunds; want them all", len(got))
+		}
+		first := st.expect(t, st.get(t, "/events?limit=1"), 200)
+		st.expect(t, st.get(t, "/events?limit=2&starting_after="+firstEventID(t, first)), 200)
+		st.expect(t, st.get(t, "/events?limit=0"), 400)
+		st.expect(t, st.get(t, "/events?limit=101"), 400)
+		st.expect(t, st.get(t, "/events?starting_after=evt_NOTANEVENT"), 400)
+
 		for _, op := range ops {
 			st.expect(t, st.post(t, "/charge/ch_nope/"+op, "nope-"+op, ""), 404)
 		}
@@ -139,6 +152,7 @@ func TestOpenAPI(t *testing.T) {
 			st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge", key: "k", body: chargeBody(100, "tok_visa", ""), auth: auth}), 401)
 			st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/charge/" + id, auth: auth}), 401)
 			st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/refund/re_x", auth: auth}), 401)
+			st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/events", auth: auth}), 401)
 			for _, op := range ops {
 				st.expect(t, st.send(t, st.api, specCall{method: "POST", path: "/charge/" + id + "/" + op, key: "k", auth: auth}), 401)
 			}
@@ -255,6 +269,7 @@ func TestOpenAPI(t *testing.T) {
 			{method: "POST", path: "/charge/" + captured + "/refund", key: "rights-4", auth: readOnly},
 			{method: "GET", path: "/charge/" + captured, auth: chargeOnly},
 			{method: "GET", path: "/refund/" + refund, auth: chargeOnly},
+			{method: "GET", path: "/events", auth: chargeOnly},
 		} {
 			p := st.expect(t, st.send(t, st.api, c), 403)
 			if p.str("type") != "/problems/forbidden" {
@@ -393,6 +408,7 @@ func TestOpenAPI(t *testing.T) {
 		st.expect(t, st.send(t, st.apiLimited, specCall{method: "POST", path: "/charge", key: "k", body: chargeBody(100, "tok_visa", "")}), 429)
 		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/charge/" + id}), 429)
 		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/refund/re_x"}), 429)
+		st.expect(t, st.send(t, st.apiLimited, specCall{method: "GET", path: "/events"}), 429)
 		for _, op := range ops {
 			st.expect(t, st.send(t, st.apiLimited, specCall{method: "POST", path: "/charge/" + id + "/" + op, key: "k"}), 429)
 		}
@@ -774,6 +790,18 @@ type specAnswer struct {
 	obj    map[string]any
 }
 
+// firstEventID is the id of the first event of a GET /events answer.
+func firstEventID(t *testing.T, a specAnswer) string {
+	t.Helper()
+	data, _ := a.obj["data"].([]any)
+	if len(data) == 0 {
+		t.Fatal("GET /events listed no event")
+	}
+	ev, _ := data[0].(map[string]any)
+	id, _ := ev["id"].(string)
+	return id
+}
+
 // str is a top-level string member of the answer's JSON object, "" when there is none.
 func (a specAnswer) str(name string) string {
 	s, _ := a.obj[name].(string)
@@ -1105,6 +1133,13 @@ func (s *flakyStore) Refund(ctx context.Context, id string) (*payrouter.Refund, 
 	return s.Store.Refund(ctx, id)
 }
 
+func (s *flakyStore) Events(ctx context.Context, owner, after string, limit int) ([]payrouter.Event, bool, error) {
+	if err := s.fail(); err != nil {
+		return nil, false, err
+	}
+	return s.Store.Events(ctx, owner, after, limit)
+}
+
 func (s *flakyStore) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
 	if err := s.fail(); err != nil {
 		return err
@@ -1112,16 +1147,17 @@ func (s *flakyStore) SetForced(ctx context.Context, breaker string, f payrouter.
 	return s.Store.SetForced(ctx, breaker, f)
 }
 
-func (s *flakyStore) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
+func (s *flakyStore) ChangeRefund(ctx context.Context, ch payrouter.RefundChange) error {
 	if err := s.fail(); err != nil {
 		return err
 	}
+	r := ch.Refund
 	s.mu.Lock()
 	if !slices.Contains(s.refunds[r.ChargeID], r.ID) {
 		s.refunds[r.ChargeID] = append(s.refunds[r.ChargeID], r.ID)
 	}
 	s.mu.Unlock()
-	return s.Store.SaveRefund(ctx, r)
+	return s.Store.ChangeRefund(ctx, ch)
 }
 
 func (s *flakyStore) refundsOf(chargeID string) []string {

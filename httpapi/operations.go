@@ -144,7 +144,7 @@ func (s *server) ownCharge(c echo.Context, id string) error {
 		return settle.ErrNoCharge(id)
 	case err != nil:
 		return err
-	case !ch.OwnedBy(c.Get("key_scope").(string)):
+	case !ch.OwnedBy(scopeOf(c)):
 		return settle.ErrNoCharge(id)
 	}
 	return nil
@@ -194,7 +194,7 @@ func (s *server) refundCharge(c echo.Context) error {
 	in := struct {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
-	refundID := refundIDFor(c.Get("key_scope").(string), key)
+	refundID := refundIDFor(scopeOf(c), key)
 	c.Set("refund_id", refundID)
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
 		rf, err := s.Router.Settler().Refund(c.Request().Context(), id, amount, refundID)
@@ -228,7 +228,7 @@ func refundAnswer(rf *payrouter.Refund) (answer, error) {
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
 	rf, err := s.Router.Settler().GetRefund(c.Request().Context(), c.Param("id"))
-	if err == nil && !rf.OwnedBy(c.Get("key_scope").(string)) {
+	if err == nil && !rf.OwnedBy(scopeOf(c)) {
 		err = settle.ErrNoRefund(rf.ID)
 	}
 	if err != nil {

@@ -27,6 +27,9 @@ type problem struct {
 	Attempts    []attemptView `json:"attempts,omitempty"`
 	OpenUntil   *string       `json:"open_until,omitempty"`
 	RetryAfter  *int64        `json:"retry_after_ms,omitempty"`
+	// Charge is the charge as it stands, on a 409 invalid-charge-state to an operation on it:
+	// what the caller decides anew from.
+	Charge *chargeView `json:"charge,omitempty"`
 }
 
 // fieldError names one thing wrong with a request body. Its message never repeats the value.
@@ -162,10 +165,19 @@ func (s *server) errorProblem(c echo.Context, event string, err error) problem {
 	case errors.Is(err, payrouter.ErrHoldLost):
 		return newProblem(payrouter.EConflict,
 			"this request outlived its hold on the Idempotency-Key and a later request with the same key took it; send the same request again to get its answer")
+	case errors.Is(err, payrouter.ErrStale):
+		p := newProblem(payrouter.EState,
+			"the charge was changed by another request at the same time; nothing was sent to a gateway; read it again and decide anew")
+		p.Charge = s.chargeAsItStands(c)
+		return p
 	case errors.Is(err, payrouter.ErrInFlight):
 		return newProblem(payrouter.EConflict, "the first request with this Idempotency-Key has not completed; retry once it has")
 	case errors.Is(err, payrouter.ErrMismatch):
 		return newProblem(payrouter.EMismatch, "this Idempotency-Key was used with another request body; use a new key for a new request")
+	case payrouter.Code(err) == payrouter.EState:
+		p := newProblem(payrouter.EState, payrouter.Message(err))
+		p.Charge = s.chargeAsItStands(c)
+		return p
 	case payrouter.Code(err) != payrouter.EInternal:
 		return newProblem(payrouter.Code(err), payrouter.Message(err))
 	}
@@ -203,6 +215,21 @@ func (s *server) logInternal(c echo.Context, event string, err error) {
 // writeError answers err as its problem (errorProblem, which logs it under event when internal).
 func (s *server) writeError(c echo.Context, event string, err error) error {
 	return writeProblem(c, s.errorProblem(c, event, err))
+}
+
+// chargeAsItStands is the charge an operation's path names (/charge/{id}/...), as stored now,
+// when the request's key owns it; nil otherwise, or when it cannot be read.
+func (s *server) chargeAsItStands(c echo.Context) *chargeView {
+	id := c.Param("id")
+	if s.Store == nil || !looksLikeID(id, "ch_") {
+		return nil
+	}
+	ch, err := s.Store.Charge(c.Request().Context(), id)
+	if err != nil || !ch.OwnedBy(scopeOf(c)) {
+		return nil
+	}
+	v := viewOf(ch)
+	return &v
 }
 
 // errorAnswer is err's problem as an answer, for the work of an idempotent request.

@@ -17,6 +17,7 @@ func (s *server) storefrontRoutes(e *echo.Echo) {
 	e.POST("/charge/:id/void", s.voidCharge, s.requireAPIKey(config.RightVoid), s.audit(auditVoid))
 	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey(config.RightRefund), s.audit(auditRefund))
 	e.GET("/refund/:id", s.getRefund, s.requireAPIKey(config.RightRead))
+	e.GET("/events", s.listEvents, s.requireAPIKey(config.RightRead))
 }
 
 // adminRoutes lists every route of the admin listener.

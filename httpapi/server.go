@@ -235,7 +235,7 @@ func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 			if key == nil {
 				return s.authFailed(c, listenerStorefront, authWrong)
 			}
-			c.Set("key_scope", key.scope)
+			c.Set(scopeContextKey, scope(key.scope))
 			c.Set("actor", "key:"+key.scope)
 			if !key.allows(right) {
 				return writeProblem(c, newProblem(codeForbidden, fmt.Sprintf(
@@ -246,8 +246,8 @@ func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 	}
 }
 
-// scopeOf names an API key in stored idempotency keys without revealing it.
-func scopeOf(sum [32]byte) string {
+// digestScope names an API key in stored idempotency keys without revealing it.
+func digestScope(sum [32]byte) string {
 	const hexdigits = "0123456789abcdef"
 	b := make([]byte, 16)
 	for i := range 8 {

@@ -108,6 +108,7 @@ func (s *Store) dropOrPark(e *list.Element) {
 		delete(s.refunds, rid)
 	}
 	delete(s.refundsOf, id)
+	s.dropEvents(id)
 	s.evicted.Add(1)
 }
 

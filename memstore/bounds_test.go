@@ -14,8 +14,12 @@ func charge(id string, st payrouter.ChargeStatus) *payrouter.Charge {
 	return &payrouter.Charge{ID: id, Status: st, Amount: 100, Currency: "USD", Gateway: "paywell"}
 }
 
+// save writes c as the next version of its charge, whatever is stored.
 func save(t *testing.T, s *memstore.Store, c *payrouter.Charge) {
 	t.Helper()
+	if stored, err := s.Charge(t.Context(), c.ID); err == nil {
+		c.Stored = stored.Stored
+	}
 	if err := s.SaveCharge(t.Context(), c); err != nil {
 		t.Fatalf("SaveCharge(%s): %v", c.ID, err)
 	}
@@ -80,7 +84,7 @@ func TestBoundsPins(t *testing.T) {
 	ctx := t.Context()
 	save(t, s, charge("ch_refunding", payrouter.StatusSucceeded))
 	rf := &payrouter.Refund{ID: "re_1", ChargeID: "ch_refunding", Amount: 100, Status: payrouter.RefundQueued}
-	if err := s.SaveRefund(ctx, rf); err != nil {
+	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf}); err != nil {
 		t.Fatal(err)
 	}
 	save(t, s, charge("ch_voiding", payrouter.StatusFailed))
@@ -96,14 +100,14 @@ func TestBoundsPins(t *testing.T) {
 	}
 
 	rf.Status = payrouter.RefundPending // still pinned
-	if err := s.SaveRefund(ctx, rf); err != nil {
+	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf, From: payrouter.RefundQueued}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SaveCharge(ctx, charge("ch_3", payrouter.StatusDeclined)); !errors.Is(err, memstore.ErrFull) {
 		t.Fatalf("with the refund pending: %v, want ErrFull", err)
 	}
 	rf.Status = payrouter.RefundSucceeded
-	if err := s.SaveRefund(ctx, rf); err != nil {
+	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf, From: payrouter.RefundPending}); err != nil {
 		t.Fatal(err)
 	}
 	save(t, s, charge("ch_3", payrouter.StatusDeclined))
@@ -188,7 +192,7 @@ func TestBoundsManyPinnedCharges(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("ch_%d", i)
 		save(t, s, charge(id, payrouter.StatusSucceeded))
-		if err := s.SaveRefund(ctx, &payrouter.Refund{ID: "re_" + id, ChargeID: id, Status: payrouter.RefundQueued}); err != nil {
+		if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: &payrouter.Refund{ID: "re_" + id, ChargeID: id, Status: payrouter.RefundQueued}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,7 +3,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,18 +11,17 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// SaveCharge creates or replaces the charge with c.ID. It keeps a deep copy, so the caller may go
-// on changing c, and leaves out the payment method, as every store does (payrouter.Charge): a
-// token kept here would sit in memory long after the gateways needed it.
+// SaveCharge writes c as the next version of its charge (payrouter.ChargeStore): created when
+// c.Stored.Version is 0 and the id is new, else only while the stored charge is at
+// c.Stored.Version, with the change's events, all under the store's locks. It keeps a deep copy,
+// so the caller may go on changing c, and leaves out the payment method, as every store does
+// (payrouter.Charge): a token kept here would sit in memory long after the gateways needed it.
 func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if c == nil {
-		return errors.New("memstore: save charge: nil charge")
-	}
-	if c.ID == "" {
-		return errors.New("memstore: save charge: empty id")
+	if err := checkCharge("save charge", c); err != nil {
+		return err
 	}
 	if c.Hold.Held() {
 		// Fenced: the check and the write under idemMu, so that no claim slips between them.
@@ -33,19 +31,47 @@ func (s *Store) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 			return fmt.Errorf("memstore: save charge %s: %w", c.ID, payrouter.ErrHoldLost)
 		}
 	}
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	if err := s.current(c); err != nil {
+		return err
+	}
 	return s.putCharge(c)
 }
 
-// putCharge stores a copy of c, without its payment method; the caller has checked c. With
-// bounds, it first drops what they say must go, and refuses a new charge with ErrFull when
-// nothing may go to make room for it.
+func checkCharge(what string, c *payrouter.Charge) error {
+	if c == nil {
+		return fmt.Errorf("memstore: %s: nil charge", what)
+	}
+	if c.ID == "" {
+		return fmt.Errorf("memstore: %s: empty id", what)
+	}
+	return nil
+}
+
+// current checks that c's charge is stored at the version c was read at (none: not stored);
+// chargeMu must be held.
+func (s *Store) current(c *payrouter.Charge) error {
+	var at int64
+	if old, ok := s.charges[c.ID]; ok {
+		at = old.Stored.Version
+	}
+	if at != c.Stored.Version {
+		return fmt.Errorf("memstore: charge %s is at version %d, not %d: %w", c.ID, at, c.Stored.Version, payrouter.ErrStale)
+	}
+	return nil
+}
+
+// putCharge stores a copy of c as its next version, without its payment method, with the events
+// of its change, and sets c.Stored; the caller has checked c and its version and holds
+// chargeMu. With bounds, it first drops what they say must go, and refuses a new charge with
+// ErrFull when nothing may go to make room for it.
 func (s *Store) putCharge(c *payrouter.Charge) error {
 	stored := cloneCharge(c)
 	stored.PaymentMethod = payrouter.PaymentMethod{}
 	stored.Hold = payrouter.Hold{}
+	stored.Stored = payrouter.Stored{Version: c.Stored.Version + 1, Status: c.Status, Refunded: c.Refunded}
 
-	s.chargeMu.Lock()
-	defer s.chargeMu.Unlock()
 	old, exists := s.charges[c.ID]
 	if s.bounded() {
 		now := s.now()
@@ -73,6 +99,10 @@ func (s *Store) putCharge(c *payrouter.Charge) error {
 		s.byStatus[c.Status] = ids
 	}
 	ids[c.ID] = struct{}{}
+	for _, t := range payrouter.ChargeEvents(c.Stored, c) {
+		s.addEvent(t, stored, nil)
+	}
+	c.Stored = stored.Stored
 	return nil
 }
 
@@ -144,11 +174,8 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payro
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if c == nil {
-		return errors.New("memstore: complete charge: nil charge")
-	}
-	if c.ID == "" {
-		return errors.New("memstore: complete charge: empty id")
+	if err := checkCharge("complete charge", c); err != nil {
+		return err
 	}
 	if err := checkComplete(h, ttl); err != nil {
 		return err
@@ -159,6 +186,11 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payro
 	s.sweep(now)
 	if !s.holds(h, now) {
 		return fmt.Errorf("memstore: complete charge %s: %w", c.ID, payrouter.ErrHoldLost)
+	}
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	if err := s.current(c); err != nil {
+		return err
 	}
 	if err := s.putCharge(c); err != nil {
 		return err

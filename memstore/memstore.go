@@ -45,6 +45,12 @@ type Store struct {
 	settledOrder *list.List
 	order        map[string]*list.Element
 	evicted      atomic.Int64
+	// The events (events.go), guarded by chargeMu: each owner's oldest first, every one by id,
+	// and each charge's (dropped with it).
+	events    map[string]*ownerEvents
+	eventByID map[string]*storedEvent
+	eventsOf  map[string][]*storedEvent
+	eventSeq  int64
 
 	idemMu   sync.Mutex
 	idem     map[string]idemEntry
@@ -96,6 +102,10 @@ func New(opts ...Option) *Store {
 		idem:     make(map[string]idemEntry),
 		forced:   make(map[string]payrouter.Forced),
 		refunds:  make(map[string]*payrouter.Refund),
+
+		events:    make(map[string]*ownerEvents),
+		eventByID: make(map[string]*storedEvent),
+		eventsOf:  make(map[string][]*storedEvent),
 
 		settledOrder: list.New(),
 		order:        make(map[string]*list.Element),

@@ -16,18 +16,43 @@ type queued struct {
 	handedAt time.Time // zero: never handed out
 }
 
-// SaveRefund creates or replaces the refund with r.ID, keeping a copy.
-func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
+// ChangeRefund writes ch (payrouter.RefundStore): the refund from ch.From, its charge at its
+// version, the task and the events, all under the store's locks, or nothing and
+// payrouter.ErrStale.
+func (s *Store) ChangeRefund(ctx context.Context, ch payrouter.RefundChange) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
+	r := ch.Refund
 	if r == nil || r.ID == "" {
-		return errors.New("memstore: save refund: no refund id")
+		return errors.New("memstore: change refund: no refund id")
+	}
+	if ch.Charge != nil {
+		if err := checkCharge("change refund "+r.ID, ch.Charge); err != nil {
+			return err
+		}
+		if ch.Charge.Stored.Version == 0 {
+			return fmt.Errorf("memstore: change refund %s: its charge %s was never read from the store", r.ID, ch.Charge.ID)
+		}
+	}
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	if ch.Charge != nil {
+		if err := s.current(ch.Charge); err != nil {
+			return err
+		}
+	}
+	s.queueMu.Lock()
+	old := s.refunds[r.ID]
+	var from payrouter.RefundStatus
+	if old != nil {
+		from = old.Status
+	}
+	if old == nil && ch.From != "" || old != nil && (ch.From == "" || from != ch.From) {
+		s.queueMu.Unlock()
+		return fmt.Errorf("memstore: refund %s is %q, not %q: %w", r.ID, from, ch.From, payrouter.ErrStale)
 	}
 	cp := *r
-	s.queueMu.Lock()
-	defer s.queueMu.Unlock()
-	old := s.refunds[r.ID]
 	switch {
 	case old == nil:
 		s.refundsOf[r.ChargeID] = append(s.refundsOf[r.ChargeID], r.ID)
@@ -40,6 +65,19 @@ func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
 		s.unpin(r.ChargeID)
 	}
 	s.refunds[r.ID] = &cp
+	if ch.Task != nil {
+		ch.Task.ID = s.enqueue(*ch.Task)
+	}
+	s.queueMu.Unlock()
+	for _, t := range payrouter.RefundEvents(from, r.Status) {
+		s.addEvent(t, nil, &cp)
+	}
+	if ch.Charge != nil {
+		// Pinned above, while its refund is pending or queued: making room drops nothing of it.
+		if err := s.putCharge(ch.Charge); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -66,12 +104,17 @@ func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
 	}
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
+	return s.enqueue(t), nil
+}
+
+// enqueue adds a task and returns its id; queueMu must be held.
+func (s *Store) enqueue(t payrouter.Task) string {
 	s.queueSeq++
 	t.ID = fmt.Sprintf("%d-0", s.queueSeq)
 	t.Deliveries = 0
 	s.queue = append(s.queue, &queued{task: t})
 	s.pin(t.ChargeID)
-	return t.ID, nil
+	return t.ID
 }
 
 // Take hands out up to max tasks: those handed out more than idle ago and not acknowledged

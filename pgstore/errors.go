@@ -115,6 +115,17 @@ func (s *Store) fail(what string, err error) error {
 	return fmt.Errorf("pgstore: %s: %w", what, err)
 }
 
+// failChange is fail for a transition's write: a deadlock or serialization failure (40P01,
+// 40001: two writers of one charge and one refund that locked them in the other order) wrote
+// nothing and is payrouter.ErrStale, so that the caller reads again and decides anew.
+func (s *Store) failChange(what string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+		return fmt.Errorf("pgstore: %s: %w (%s)", what, payrouter.ErrStale, pgErr.Code)
+	}
+	return s.fail(what, err)
+}
+
 // scrub removes the password of the URL raw from msg, in case an error quoted the URL.
 func scrub(msg, raw string) string {
 	u, err := url.Parse(raw)

@@ -125,6 +125,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 	later := waitClaim(t, other, "k-stale")
 	mine := testCharge("ch_stale", payrouter.StatusProcessing)
 	mine.Hold, mine.Attempts = later, []payrouter.Attempt{{Gateway: "ding", Outcome: payrouter.OutcomeTimeout}}
+	mine.Stored = c.Stored // the later request read what the stalled one stored
 	if err := other.SaveCharge(ctx, mine); err != nil {
 		t.Fatalf("SaveCharge under the later hold: %v", err)
 	}
@@ -186,9 +187,10 @@ func TestSaveChargeFencedAgainstConcurrentClaim(t *testing.T) {
 		var later payrouter.Hold
 		wg.Go(func() { later = waitClaim(t, other, key) })
 		saved := 0
+		c := testCharge(id, payrouter.StatusProcessing)
+		c.Hold = stale
 		for n := 1; n <= 20; n++ {
-			c := testCharge(id, payrouter.StatusProcessing)
-			c.Hold, c.Amount = stale, int64(n)
+			c.Amount = int64(n)
 			err := stalled.SaveCharge(ctx, c)
 			if err == nil {
 				saved = n
@@ -197,8 +199,7 @@ func TestSaveChargeFencedAgainstConcurrentClaim(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		c := testCharge(id, payrouter.StatusProcessing)
-		c.Hold, c.Amount = stale, 999
+		c.Amount = 999
 		if err := stalled.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrHoldLost) {
 			t.Fatalf("round %d: SaveCharge after the key was taken (token %d) = %v; want ErrHoldLost", round, later.Token, err)
 		}

@@ -187,7 +187,11 @@ func (s *Store) Renew(ctx context.Context, h payrouter.Hold, holdFor time.Durati
 // until this statement's transaction commits. A record already stored is left as it was (the
 // first complete answer is the one replayed), and the update still returns the row: the
 // caller's hold is good.
-const completeSQL = `
+var completeSQL = completeUpdate("true")
+
+// completeUpdate is completeSQL's update, done only when cond (SQL) holds too.
+func completeUpdate(cond string) string {
+	return `
 UPDATE idempotency_keys k SET
 	fingerprint = CASE WHEN k.status IS NULL THEN $3 ELSE k.fingerprint END,
 	header = CASE WHEN k.status IS NULL THEN $5::jsonb ELSE k.header END,
@@ -196,8 +200,9 @@ UPDATE idempotency_keys k SET
 	expires_at = CASE WHEN k.status IS NULL THEN now() + $8::bigint * interval '1 microsecond' ELSE k.expires_at END,
 	held_until = NULL,
 	status = coalesce(k.status, $4::integer)
-WHERE k.key = $1 AND k.token = $2 AND k.expires_at > now()
+WHERE k.key = $1 AND k.token = $2 AND k.expires_at > now() AND (` + cond + `)
 RETURNING 1`
+}
 
 // completeArgs are completeSQL's arguments $1-$8.
 func completeArgs(h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) ([]any, error) {

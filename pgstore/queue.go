@@ -15,27 +15,93 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// SaveRefund creates or replaces the refund with r.ID (payrouter.RefundStore).
-func (s *Store) SaveRefund(ctx context.Context, r *payrouter.Refund) error {
-	if r == nil {
-		return errors.New("pgstore: save refund: nil refund")
+// changeRefundSQL writes a refund change (payrouter.RefundChange) in one statement, so in one
+// transaction. The charge's row is locked first, at the version its writer read ($6 the charge's
+// id, NULL when the change leaves it; $9 that version), then the refund's; FOR UPDATE re-reads a
+// row changed since this statement's snapshot, so each precondition is checked on the latest
+// committed state: the charge still at $9, the refund in status $5 (” for a new refund: none
+// with its id). Then the refund ($1-$4), the charge ($7, $8), the task ($10, $11) and the events
+// ($12, $13; owner $14) are written, each only once the one before it was: all or nothing.
+var changeRefundSQL = `
+WITH lc AS (
+	SELECT 1 FROM charges WHERE id = $6::text AND version = $9::bigint FOR UPDATE
+), lr AS (
+	SELECT status FROM refunds WHERE id = $1::text AND (SELECT count(*) FROM lc) >= 0 FOR UPDATE
+), ok AS (
+	SELECT ($6::text IS NULL OR EXISTS (SELECT 1 FROM lc)) AND CASE
+		WHEN $5::text = '' THEN NOT EXISTS (SELECT 1 FROM lr)
+		ELSE EXISTS (SELECT 1 FROM lr WHERE status = $5::text) END AS ok
+), rf AS (
+	INSERT INTO refunds AS r (id, charge_id, status, refund)
+	SELECT $1::text, $2::text, $3::text, $4::jsonb WHERE (SELECT ok FROM ok)
+	ON CONFLICT (id) DO UPDATE SET status = excluded.status, refund = excluded.refund, updated_at = now()
+	WHERE r.status = $5::text
+	RETURNING 1
+), ch AS (
+	UPDATE charges SET status = $7::text, charge = $8::jsonb, version = $9::bigint + 1, updated_at = now()
+	WHERE id = $6::text AND version = $9::bigint AND EXISTS (SELECT 1 FROM rf)
+	RETURNING 1
+), task AS (
+	INSERT INTO tasks (task, not_before)
+	SELECT $10::jsonb, $11::timestamptz WHERE $10::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM rf)
+	RETURNING id
+), events AS (` + insertEvents(12, "$14::text", "$2::text", "$8::jsonb", "$4::jsonb", "EXISTS (SELECT 1 FROM rf)") + `
+)
+SELECT EXISTS (SELECT 1 FROM rf) AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM ch)), (SELECT id FROM task)`
+
+// ChangeRefund writes ch in one statement (payrouter.RefundStore): the refund from ch.From, its
+// charge at the version it was read at, the task, and the events of both moves; or nothing, and
+// payrouter.ErrStale.
+func (s *Store) ChangeRefund(ctx context.Context, ch payrouter.RefundChange) error {
+	r := ch.Refund
+	if r == nil || r.ID == "" {
+		return errors.New("pgstore: change refund: no refund id")
 	}
-	if r.ID == "" {
-		return errors.New("pgstore: save refund: empty refund id")
-	}
+	what := fmt.Sprintf("change refund %s from %q to %s", r.ID, ch.From, r.Status)
 	doc, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("pgstore: save refund %s: encoding: %w", r.ID, err)
+		return fmt.Errorf("pgstore: %s: encoding: %w", what, err)
 	}
+	types := payrouter.RefundEvents(ch.From, r.Status)
+	var chargeID, status, chargeDoc any // NULL: the change leaves the charge as it is
+	var version int64
+	if c := ch.Charge; c != nil {
+		args, err := chargeArgs(what, c)
+		if err != nil {
+			return err
+		}
+		chargeID, status, chargeDoc, version = args[0], args[1], args[2], c.Stored.Version
+		types = append(types, payrouter.ChargeEvents(c.Stored, c)...)
+	}
+	var task, notBefore any // NULL: no task
+	if ch.Task != nil {
+		b, err := json.Marshal(ch.Task)
+		if err != nil {
+			return fmt.Errorf("pgstore: %s: encoding its task: %w", what, err)
+		}
+		task = string(b)
+		if !ch.Task.NotBefore.IsZero() {
+			notBefore = ch.Task.NotBefore
+		}
+	}
+	ids, names := eventArgs(types)
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	_, err = s.pool.Exec(ctx, `
-INSERT INTO refunds (id, charge_id, status, refund) VALUES ($1, $2, $3, $4)
-ON CONFLICT (id) DO UPDATE SET
-	charge_id = excluded.charge_id, status = excluded.status, refund = excluded.refund,
-	updated_at = now()`, r.ID, r.ChargeID, string(r.Status), string(doc))
-	if err != nil {
-		return s.fail("save refund "+r.ID, err)
+	var done bool
+	var taskID *int64
+	err = s.pool.QueryRow(ctx, changeRefundSQL, r.ID, r.ChargeID, string(r.Status), string(doc), string(ch.From),
+		chargeID, status, chargeDoc, version, task, notBefore, ids, names, r.Owner).Scan(&done, &taskID)
+	switch {
+	case err != nil:
+		return s.failChange(what, err)
+	case !done:
+		return stale(what)
+	}
+	if ch.Charge != nil {
+		written(ch.Charge)
+	}
+	if ch.Task != nil && taskID != nil {
+		ch.Task.ID = strconv.FormatInt(*taskID, 10)
 	}
 	return nil
 }
@@ -52,6 +118,10 @@ func (s *Store) Refund(ctx context.Context, id string) (*payrouter.Refund, error
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("refund %q", id), err)
 	}
+	return decodeRefund(id, doc)
+}
+
+func decodeRefund(id string, doc []byte) (*payrouter.Refund, error) {
 	var r payrouter.Refund
 	if err := json.Unmarshal(doc, &r); err != nil {
 		return nil, fmt.Errorf("pgstore: refund %q: decoding: %w", id, err)

@@ -30,6 +30,12 @@ DELETE FROM charges WHERE id IN (
 	SELECT id FROM charges
 	WHERE status <> $2 AND updated_at < now() - $3::bigint * interval '1 microsecond'
 	ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	// Events are kept as long as charges are: those older than the retention go, whatever
+	// their charge's state (an event is history, never a promise).
+	sweepEventsSQL = `
+DELETE FROM events WHERE id IN (
+	SELECT id FROM events WHERE created_at < now() - $2::bigint * interval '1 microsecond'
+	ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	sweepRefundsSQL = `
 DELETE FROM refunds WHERE id IN (
 	SELECT id FROM refunds
@@ -66,7 +72,7 @@ func (s *Store) sweep(ctx context.Context) {
 		failed("idempotency_keys", err)
 		return
 	}
-	var charges, refunds int64
+	var charges, refunds, events int64
 	if r.Charges > 0 {
 		keep := micros(r.Charges)
 		if charges, err = s.sweepTable(ctx, sweepChargesSQL, string(payrouter.StatusProcessing), keep); err != nil {
@@ -78,9 +84,13 @@ func (s *Store) sweep(ctx context.Context) {
 			failed("refunds", err)
 			return
 		}
+		if events, err = s.sweepTable(ctx, sweepEventsSQL, keep); err != nil {
+			failed("events", err)
+			return
+		}
 	}
-	if keys+charges+refunds > 0 {
-		s.opts.Log.InfoContext(ctx, "pgstore.retention", "idempotency_keys", keys, "charges", charges, "refunds", refunds)
+	if keys+charges+refunds+events > 0 {
+		s.opts.Log.InfoContext(ctx, "pgstore.retention", "idempotency_keys", keys, "charges", charges, "refunds", refunds, "events", events)
 	}
 }
 

@@ -90,7 +90,8 @@ func TestRetention(t *testing.T) {
 		"re_old_queued": payrouter.RefundQueued, "re_old_pending": payrouter.RefundPending,
 		"re_new_succeeded": payrouter.RefundSucceeded,
 	} {
-		if err := s.SaveRefund(ctx, &payrouter.Refund{ID: id, ChargeID: "ch_old_final", Amount: 1, Currency: "USD", Status: status}); err != nil {
+		rf := &payrouter.Refund{ID: id, ChargeID: "ch_old_final", Amount: 1, Currency: "USD", Status: status}
+		if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf}); err != nil {
 			t.Fatal(err)
 		}
 		if id != "re_new_succeeded" {

@@ -232,8 +232,14 @@ type hedgedRun struct {
 	// decided is set once the charge's answer is known: later answers are left to the
 	// background (finishLate) and queued rechecks, not resolved by a status look-up.
 	decided atomic.Bool
-	// storeMu orders the flights' storing of the charge before their first gateway call.
+	// storeMu orders the flights' storing of the charge before their first gateway call, and
+	// guards at and closed.
 	storeMu sync.Mutex
+	// at is the version of the charge the flights' last store left (the charge's own Stored
+	// belongs to the charge's goroutine); closed is set once the charge's answer is decided,
+	// and a flight not yet sent then is not sent at all.
+	at     payrouter.Stored
+	closed bool
 	// deadline is the budget's end: flights outlive the charge's answer but not the budget.
 	deadline time.Time
 }
@@ -263,7 +269,8 @@ type hedgedRun struct {
 // rest is what is left to try.
 func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
 	budget.charge()
-	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates))}
+	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored}
+	defer h.close()
 	if deadline, ok := ctx.Deadline(); ok {
 		h.deadline = deadline
 	} else {
@@ -422,19 +429,30 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Charge) bool {
 	h.storeMu.Lock()
 	defer h.storeMu.Unlock()
-	if h.storeErr != nil {
+	if h.storeErr != nil || h.closed {
 		return false
 	}
+	snapshot.Stored = h.at
 	if err := h.r.charges.SaveCharge(ctx, snapshot); err != nil {
 		h.storeErr = err
 		return false
 	}
+	h.at = snapshot.Stored
 	if !h.stored {
 		// Written once, by the first flight, before its answer is sent to the charge's
 		// goroutine, which reads it: a late flight's save must not write it again.
 		h.stored = true
 	}
 	return true
+}
+
+// close hands the version the flights stored back to the charge, whose goroutine writes it
+// from here on, and keeps any flight not sent yet from being sent.
+func (h *hedgedRun) close() {
+	h.storeMu.Lock()
+	defer h.storeMu.Unlock()
+	h.closed = true
+	h.c.Stored = h.at
 }
 
 // storeFailed reports whether storing the charge failed, so that no gateway was called.

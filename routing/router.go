@@ -200,6 +200,15 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	run := chargeRun{r: r, tab: tab, c: c}
 	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
+	if errors.Is(run.storeErr, payrouter.ErrStale) {
+		// Resolved by another writer (a GET that looked it up, the reconciler) before a
+		// failover's next call: nothing more is sent, and the charge is answered as it stands.
+		stored, err := r.charges.Charge(ctx, c.ID)
+		if err != nil {
+			return nil, fmt.Errorf("reading charge %s, changed before its next gateway call: %w", c.ID, err)
+		}
+		return stored, nil
+	}
 	if run.storeErr != nil {
 		// Nothing was sent: with the database away this is 503 state-unavailable, with the
 		// hold lost to a later request (payrouter.ErrHoldLost) that request answers.
@@ -278,7 +287,7 @@ func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payro
 	case prev.Amount != c.Amount || prev.Currency != c.Currency:
 		return nil, true, payrouter.Errorf(payrouter.EMismatch, "charge %s was asked for with another amount or currency", c.ID)
 	case prev.Status == payrouter.StatusFailed:
-		c.Attempts = prev.Attempts
+		c.Attempts, c.Stored = prev.Attempts, prev.Stored
 		return nil, false, nil
 	}
 	r.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,

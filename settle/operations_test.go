@@ -476,14 +476,20 @@ func (brokenQueue) Enqueue(context.Context, payrouter.Task) (string, error) {
 	return "", errors.New("queue down")
 }
 
-// A refund that cannot be queued is never answered as queued.
-func TestRefundThatCannotBeQueued(t *testing.T) {
-	// The task that finishes a refund is queued before anything else: a refund whose task cannot
-	// be queued is not sent and not stored, and the caller is told so (and may ask again).
+// brokenRefunds writes no refund change that queues a task (its transaction fails whole).
+type brokenRefunds struct{ *memstore.Store }
+
+func (brokenRefunds) ChangeRefund(context.Context, payrouter.RefundChange) error {
+	return errors.New("database refused the write")
+}
+
+// A refund that cannot be stored with the task that finishes it is neither sent nor stored,
+// and the caller is told so (and may ask again).
+func TestRefundThatCannotBeStored(t *testing.T) {
 	for _, answer := range []payrouter.Result{opUnavailable, opTimeout} {
 		t.Run(string(answer.Outcome), func(t *testing.T) {
 			f := newOpsFixture(t)
-			f.settler.queue = brokenQueue{f.store}
+			f.settler.refunds = brokenRefunds{f.store}
 			f.charge(t, payrouter.StatusSucceeded)
 			f.gw.set(payrouter.OpRefund, answer)
 			rf, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_unqueued")
@@ -491,14 +497,16 @@ func TestRefundThatCannotBeQueued(t *testing.T) {
 				t.Fatalf("got %+v, %v; want no refund and an error", rf, err)
 			}
 			if calls := f.gw.Calls(); len(calls) != 0 {
-				t.Errorf("gateway calls %v; want none for a refund whose task could not be queued", calls)
+				t.Errorf("gateway calls %v; want none for a refund that could not be stored", calls)
 			}
 			if got, err := f.store.Refund(t.Context(), "re_unqueued"); !errors.Is(err, payrouter.ErrNotFound) {
 				t.Errorf("stored refund %+v, %v; want none", got, err)
 			}
-			if got := f.obs.notQueuedKinds(); len(got) != 0 {
-				// Refused and answered: the caller is told, and its error logged once there.
-				t.Errorf("counted as tasks not queued: %v; the refusal is the caller's answer", got)
+			if tasks := f.tasks(t); len(tasks) != 0 {
+				t.Errorf("queued tasks %+v; want none", tasks)
+			}
+			if c := f.stored(t); c.RefundsReserved != 0 {
+				t.Errorf("the charge reserves %d for a refund never stored", c.RefundsReserved)
 			}
 		})
 	}
@@ -526,7 +534,7 @@ func TestRefundAskedAgainIsQueued(t *testing.T) {
 	now := time.Now().UTC()
 	pending := &payrouter.Refund{ID: "re_left", ChargeID: "ch_test", Amount: 1999, Currency: "USD", Status: payrouter.RefundPending,
 		Gateway: "paywell", Reference: payrouter.RefundReference("re_left"), CreatedAt: now, UpdatedAt: now}
-	if err := f.store.SaveRefund(t.Context(), pending); err != nil {
+	if err := f.store.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: pending}); err != nil {
 		t.Fatal(err)
 	}
 	rf, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_left")
@@ -665,7 +673,7 @@ func TestWorkRefundOutcomes(t *testing.T) {
 			f.gw.set(payrouter.OpRefund, tc.answer)
 			rf := &payrouter.Refund{ID: "re_1", ChargeID: "ch_test", Amount: 300, Currency: "USD", Status: tc.status,
 				Gateway: "paywell", Reference: payrouter.RefundReference("re_1")}
-			if err := f.store.SaveRefund(t.Context(), rf); err != nil {
+			if err := f.store.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: rf}); err != nil {
 				t.Fatal(err)
 			}
 			err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: "re_1"})

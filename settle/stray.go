@@ -32,24 +32,15 @@ func (s *Settler) VoidStray(gws *Gateways, c *payrouter.Charge, gateway, ref, gw
 }
 
 // NoteLateAnswer writes how a late attempt (gateway, ref) ended into its stored charge, once the
-// charge's answer is stored: a charge still stored as processing is about to be written whole
-// with its answer, which a write from here must not undo (the attempt then stays as the answer
-// showed it, unknown, and the money is right either way).
+// charge's answer is stored: a charge still stored as processing is about to be written with its
+// answer, which this must not hold up (the attempt then stays as the answer showed it, unknown,
+// and the money is right either way).
 func (s *Settler) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
-	c, err := s.charges.Charge(ctx, chargeID)
-	if err != nil {
-		return err
-	}
-	if c.Status == payrouter.StatusProcessing {
-		return nil
-	}
-	for i := range c.Attempts {
-		at := &c.Attempts[i]
-		if at.Gateway == gateway && at.Reference == ref {
-			at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
-			c.UpdatedAt = s.now().UTC()
-			return s.charges.SaveCharge(ctx, c)
+	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
+		if c.Status == payrouter.StatusProcessing {
+			return false
 		}
-	}
-	return nil
+		at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+		return true
+	})
 }

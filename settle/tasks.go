@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -116,18 +117,33 @@ func (s *Settler) chargeKeeps(ctx context.Context, t payrouter.Task) (bool, erro
 // markVoided marks the attempt with that reference as voided in its stored charge, so that GET
 // /charge/{id} tells the whole story.
 func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string) error {
-	c, err := s.charges.Charge(ctx, chargeID)
-	if err != nil {
-		return err
-	}
-	for i := range c.Attempts {
-		if c.Attempts[i].Gateway == gateway && c.Attempts[i].Reference == ref && !c.Attempts[i].Voided {
-			c.Attempts[i].Voided = true
-			c.UpdatedAt = s.now().UTC()
-			return s.charges.SaveCharge(ctx, c)
+	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
+		if at.Voided {
+			return false
+		}
+		at.Voided = true
+		return true
+	})
+}
+
+// noteAttempt changes, by note, the attempt (gateway, ref) of the stored charge chargeID, and
+// stores it when note says it changed anything, reading it again when it changed meanwhile.
+func (s *Settler) noteAttempt(ctx context.Context, chargeID, gateway, ref string, note func(*payrouter.Charge, *payrouter.Attempt) bool) error {
+	for range changeTries {
+		c, err := s.charges.Charge(ctx, chargeID)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(c.Attempts, func(a payrouter.Attempt) bool { return a.Gateway == gateway && a.Reference == ref })
+		if i < 0 || !note(c, &c.Attempts[i]) {
+			return nil
+		}
+		c.UpdatedAt = s.now().UTC()
+		if err := s.charges.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrStale) {
+			return err
 		}
 	}
-	return nil
+	return errBusy(chargeID)
 }
 
 // ReleaseLater queues the release of an attempt no charge keeps: kind TaskVoid for an approval

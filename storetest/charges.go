@@ -40,6 +40,9 @@ func newCharge(id string, status payrouter.ChargeStatus, created time.Time) *pay
 		Reference:        payrouter.AttemptReference(id, 2),
 		DeclineCode:      "do_not_honor",
 		Refunded:         500,
+		RefundsReserved:  200,
+		Changing:         payrouter.OpCapture,
+		ChangingSince:    created.Add(100 * time.Millisecond),
 		Attempts: []payrouter.Attempt{
 			{Gateway: "paywell", Outcome: payrouter.OutcomeTimeout, Duration: 3 * time.Second,
 				Reference: payrouter.AttemptReference(id, 1), Resolved: payrouter.TxNotFound},
@@ -82,9 +85,15 @@ func diffCharge(got, want *payrouter.Charge) string {
 	if !got.UpdatedAt.Equal(want.UpdatedAt) {
 		return fmt.Sprintf("UpdatedAt = %v, want %v", got.UpdatedAt, want.UpdatedAt)
 	}
+	if !got.ChangingSince.Equal(want.ChangingSince) {
+		return fmt.Sprintf("ChangingSince = %v, want %v", got.ChangingSince, want.ChangingSince)
+	}
 	g, w := *got, *want
 	g.CreatedAt, w.CreatedAt = time.Time{}, time.Time{}
 	g.UpdatedAt, w.UpdatedAt = time.Time{}, time.Time{}
+	g.ChangingSince, w.ChangingSince = time.Time{}, time.Time{}
+	// The version is the store's to set (testVersions checks it).
+	g.Stored, w.Stored = payrouter.Stored{}, payrouter.Stored{}
 	for _, c := range []*payrouter.Charge{&g, &w} {
 		if len(c.Metadata) == 0 {
 			c.Metadata = nil
@@ -150,6 +159,7 @@ func testReplace(t *testing.T, s payrouter.Store) {
 	second.Attempts = append(second.Attempts, payrouter.Attempt{Gateway: "tranglo", Outcome: payrouter.OutcomeDeclined})
 	second.Metadata = nil
 	second.GatewayReference = "T-1"
+	second.Stored = first.Stored // read back, as a writer does
 	mustSave(t, s, second)
 
 	if d := diffCharge(mustGet(t, s, "ch_replace"), keptForm(t, second)); d != "" {
@@ -299,23 +309,35 @@ func testChargesByStatus(t *testing.T, s payrouter.Store) {
 func testConcurrentCharges(t *testing.T, s payrouter.Store) {
 	const workers, rounds = 8, 50
 	ctx := t.Context()
+	mustSave(t, s, newCharge("ch_shared", payrouter.StatusProcessing, base))
 	errs := make(chan error, workers*rounds)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for r := range rounds {
 				own := newCharge(fmt.Sprintf("ch_w%d_%d", w, r), payrouter.StatusProcessing, base.Add(time.Duration(r)*time.Second))
-				shared := newCharge("ch_shared", payrouter.StatusProcessing, base)
-				shared.Attempts = shared.Attempts[:r%3]
-				for _, c := range []*payrouter.Charge{own, shared} {
-					if err := s.SaveCharge(ctx, c); err != nil {
+				if err := s.SaveCharge(ctx, own); err != nil {
+					errs <- err
+					return
+				}
+				// One more attempt on the shared charge, read and written back until no other
+				// writer came between: no write may be lost.
+				for {
+					shared, err := s.Charge(ctx, "ch_shared")
+					if err != nil {
 						errs <- err
 						return
 					}
-				}
-				if _, err := s.Charge(ctx, "ch_shared"); err != nil {
-					errs <- err
-					return
+					shared.Attempts = append(shared.Attempts, payrouter.Attempt{Gateway: fmt.Sprintf("w%d", w), Outcome: payrouter.OutcomeTimeout})
+					err = s.SaveCharge(ctx, shared)
+					if errors.Is(err, payrouter.ErrStale) {
+						continue
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					break
 				}
 				if _, err := s.ChargesByStatus(ctx, payrouter.StatusProcessing, 5); err != nil {
 					errs <- err
@@ -328,6 +350,13 @@ func testConcurrentCharges(t *testing.T, s payrouter.Store) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	shared := mustGet(t, s, "ch_shared")
+	if got, want := len(shared.Attempts), 2+workers*rounds; got != want {
+		t.Errorf("the shared charge has %d attempts after %d writes of one more each, want %d: writes were lost", got, workers*rounds, want)
+	}
+	if got, want := shared.Stored.Version, int64(1+workers*rounds); got != want {
+		t.Errorf("the shared charge is at version %d, want %d", got, want)
 	}
 	all, err := s.ChargesByStatus(ctx, payrouter.StatusProcessing, workers*rounds+10)
 	if err != nil {

@@ -436,8 +436,10 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 func testCompleteCharge(t *testing.T, s payrouter.Store) {
 	ctx := t.Context()
 	h := mustClaimNew(t, s, "k-charge", fpA)
-	mustSave(t, s, newCharge("ch_done", payrouter.StatusProcessing, base))
+	first := newCharge("ch_done", payrouter.StatusProcessing, base)
+	mustSave(t, s, first)
 	final := newCharge("ch_done", payrouter.StatusSucceeded, base)
+	final.Stored = first.Stored
 	rec := newRecord(fpA)
 	if err := s.CompleteCharge(ctx, final, h, rec, longTTL); err != nil {
 		t.Fatalf("CompleteCharge: %v", err)

@@ -50,10 +50,15 @@ func diffRefund(got, want *payrouter.Refund) string {
 	return ""
 }
 
-func mustSaveRefund(t *testing.T, s payrouter.Store, r *payrouter.Refund) {
+// mustSaveRefund stores r as a new refund, or moved from status from.
+func mustSaveRefund(t *testing.T, s payrouter.Store, r *payrouter.Refund, from ...payrouter.RefundStatus) {
 	t.Helper()
-	if err := s.SaveRefund(t.Context(), r); err != nil {
-		t.Fatalf("SaveRefund(%s): %v", r.ID, err)
+	ch := payrouter.RefundChange{Refund: r}
+	if len(from) > 0 {
+		ch.From = from[0]
+	}
+	if err := s.ChangeRefund(t.Context(), ch); err != nil {
+		t.Fatalf("ChangeRefund(%s from %q to %s): %v", r.ID, ch.From, r.Status, err)
 	}
 }
 
@@ -72,13 +77,26 @@ func testRefundSaveAndGet(t *testing.T, s payrouter.Store) {
 		second := newRefund("re_1", payrouter.RefundSucceeded)
 		second.Detail = ""
 		second.UpdatedAt = second.UpdatedAt.Add(time.Second)
-		mustSaveRefund(t, s, second)
+		mustSaveRefund(t, s, second, payrouter.RefundQueued)
 		got, err := s.Refund(t.Context(), "re_1")
 		if err != nil {
 			t.Fatalf("Refund(re_1): %v", err)
 		}
 		if d := diffRefund(got, second); d != "" {
 			t.Errorf("Refund(re_1) after replacing it: %s", d)
+		}
+	})
+
+	t.Run("a move from a status it is not in writes nothing", func(t *testing.T) {
+		for _, from := range []payrouter.RefundStatus{"", payrouter.RefundQueued, payrouter.RefundPending} {
+			again := newRefund("re_1", payrouter.RefundFailed)
+			err := s.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: again, From: from})
+			if !errors.Is(err, payrouter.ErrStale) {
+				t.Errorf("ChangeRefund(re_1 from %q) of a succeeded refund = %v, want ErrStale", from, err)
+			}
+		}
+		if got, _ := s.Refund(t.Context(), "re_1"); got == nil || got.Status != payrouter.RefundSucceeded {
+			t.Errorf("Refund(re_1) after refused moves = %+v, want it succeeded still", got)
 		}
 	})
 
@@ -114,8 +132,8 @@ func testRefundInvalid(t *testing.T, s payrouter.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := s.SaveRefund(t.Context(), tc.refund); err == nil {
-				t.Error("SaveRefund succeeded, want an error")
+			if err := s.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: tc.refund}); err == nil {
+				t.Error("ChangeRefund succeeded, want an error")
 			}
 		})
 	}

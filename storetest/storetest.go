@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"charges/copies are isolated", testChargeIsolation},
 		{"charges/by status", testChargesByStatus},
 		{"charges/concurrent", testConcurrentCharges},
+		{"charges/a write from another version is refused", testVersions},
 
 		{"idempotency/claim new key", testClaimNew},
 		{"idempotency/complete and replay", testCompleteReplay},
@@ -61,6 +62,13 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"refunds/save and get", testRefundSaveAndGet},
 		{"refunds/not found", testRefundNotFound},
 		{"refunds/invalid", testRefundInvalid},
+
+		{"refunds/a change is all or nothing", testRefundChangeAtomic},
+
+		{"events/every change writes its events", testEvents},
+
+		{"money/racing refunds never exceed the charge, each counted once", testRacingRefunds},
+		{"money/opposite changes at once: one is written", testRacingTransitions},
 
 		{"queue/empty", testQueueEmpty},
 		{"queue/enqueue, take and ack", testQueueEnqueueAndTake},
