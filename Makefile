@@ -64,7 +64,7 @@ contract: ## only the black-box contract suite (beside the checkout, CONTRACT_SU
 	CONTRACT_DATABASE=yes bash $(CONTRACT_SUITE)/run.sh all
 
 .PHONY: chaos
-chaos: ## the chaos money check, long: 5000 charges and refunds through two instances on PostgreSQL and Redis while gateways, a proxy, the instances, Redis and PostgreSQL fail on a seeded schedule (CHAOS_SEED repeats one); every ledger must balance
+chaos: ## the chaos money check, long: 5000 charges and refunds (some racing through both instances) through two instances on PostgreSQL and Redis while gateways, a proxy, the instances (one stopped 40 s mid-refund), Redis and PostgreSQL fail on a seeded schedule (CHAOS_SEED repeats one); every ledger must balance
 	CHAOS_CHARGES=5000 $(GO) test -race -count=1 -run TestChaosMoney -v -timeout 20m ./e2e/
 
 # resilience's TestBenchBreakerOnRedis runs BenchmarkDistributedGobreaker and BenchmarkGuardWithFleet

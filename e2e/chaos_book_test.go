@@ -150,6 +150,9 @@ type chaosRefund struct {
 	charge *chaosCharge
 	amount int64 // asked for (the charge's amount for a full refund)
 	body   []byte
+	// race numbers the race it is one of (refunds of one charge sent at once with different
+	// keys, chaosRun.refundRace); 0 when none. A race's 409 invalid-charge-state is final.
+	race int64
 
 	// Written under the book's lock.
 	answers  []chaosAnswer
@@ -179,11 +182,13 @@ type chaosBook struct {
 	noID      map[int]int    // final answers without a charge id, by status
 	counts    map[string]int
 	problems  map[string][]string
-	order     []string // problem kinds in the order first seen
+	order     []string        // problem kinds in the order first seen
+	raceKeys  map[string]bool // the keys of the refunds sent in races
 }
 
 func newChaosBook() *chaosBook {
-	return &chaosBook{began: time.Now(), charges: map[string]*chaosCharge{}, noID: map[int]int{}, counts: map[string]int{}, problems: map[string][]string{}}
+	return &chaosBook{began: time.Now(), charges: map[string]*chaosCharge{}, noID: map[int]int{}, counts: map[string]int{}, problems: map[string][]string{},
+		raceKeys: map[string]bool{}}
 }
 
 func (b *chaosBook) count(what string) {
@@ -471,6 +476,38 @@ func (b *chaosBook) addRefund(rf *chaosRefund) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refunds = append(b.refunds, rf)
+	if rf.race > 0 {
+		b.raceKeys[rf.key] = true
+	}
+}
+
+// raced reports whether key is a refund's sent in a race.
+func (b *chaosBook) raced(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.raceKeys[key]
+}
+
+// unrefunded returns up to n charges told succeeded (201) for which no refund was asked, the
+// latest first: a stop of an instance races refunds of them.
+func (b *chaosBook) unrefunded(n int) []*chaosCharge {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	asked := map[string]bool{}
+	for _, rf := range b.refunds {
+		asked[rf.charge.id] = true
+	}
+	var out []*chaosCharge
+	for i := len(b.orders) - 1; i >= 0 && len(out) < n; i-- {
+		o := b.orders[i]
+		st := o.snapshot()
+		ch := b.charges[st.id]
+		if ch != nil && ch.told == "succeeded" && ch.status == http.StatusCreated && !asked[ch.id] {
+			asked[ch.id] = true
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 // refundAnswered records an answer to a refund request, and reports whether it is the refund's
@@ -493,6 +530,10 @@ func (b *chaosBook) refundAnswered(rf *chaosRefund, rep reply, who int) bool {
 	case rep.status == http.StatusAccepted && (ro.Status == "queued" || ro.Status == "pending") && ro.ID != "":
 	case rep.status == http.StatusConflict && kind == "idempotency-conflict", rep.status == http.StatusServiceUnavailable:
 		b.counts["refund "+fmt.Sprint(rep.status)+" "+kind+" (sent again)"]++
+		return false
+	case rep.status == http.StatusConflict && kind == "invalid-charge-state" && rf.race > 0:
+		b.counts["race refund 409 invalid-charge-state (did not fit: final)"]++
+		rf.answered, rf.status, rf.reply = true, rep.status, rep.String()
 		return false
 	case rep.status == http.StatusConflict && kind == "invalid-charge-state":
 		return false // sent again a second later; a refusal at the end is the final pass's failure
@@ -725,6 +766,10 @@ func (r *chaosRun) check(t *testing.T, money moneyByCharge, finals map[string]ch
 				sum.unknownR++
 			}
 		}
+		if owed > ch.order.amount {
+			b.problem("refunds accepted beyond what the charge captured", "%s (key %s, %s %d): %d accepted (201 or 202); refunds: %s; ledger %s",
+				ch.id, ch.order.key, ch.order.currency, ch.order.amount, owed, describeRefunds(refundsBy[ch.id], r.began), describeEntries(txs))
+		}
 		r.checkMoney(ch, status, final, txs, owed, maybe, refundsBy[ch.id], &sum)
 	}
 
@@ -924,6 +969,10 @@ func (r *chaosRun) checkMoney(ch *chaosCharge, status string, final chargeObject
 			b.problem("a succeeded charge's refunds not applied exactly once", "%s: accepted refunds %d (plus %d unanswered), the ledger refunded %d: %s; refunds: %s",
 				where, owed, maybe, k.Refunded, k, describeRefunds(refunds, r.began))
 		}
+		if want == "captured" && final.ID != "" && final.AmountRefunded != k.Refunded {
+			b.problem("a charge's stored amount_refunded is not what its gateway refunded", "%s: GET /charge/{id} shows amount_refunded %d, the ledger refunded %d: %s; refunds: %s",
+				where, final.AmountRefunded, k.Refunded, k, describeRefunds(refunds, r.began))
+		}
 		strays(keep)
 	case "declined", "failed", "voided":
 		if owed > 0 {
@@ -957,6 +1006,7 @@ func TestChaosMoneyCheck(t *testing.T) {
 	at := func(gw, gid, status string) chargeObject {
 		return chargeObject{ID: id, Status: status, Amount: amount, Gateway: gw, GatewayReference: gid}
 	}
+	refunded := func(c chargeObject, n int64) chargeObject { c.AmountRefunded = n; return c }
 	cases := []struct {
 		name    string
 		told    string
@@ -980,13 +1030,17 @@ func TestChaosMoneyCheck(t *testing.T) {
 			nil, nil, nil, "a succeeded charge without exactly one captured transaction"},
 		{"succeeded, only authorized", "succeeded", true, at("paywell", "P1", "succeeded"),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "authorized", 0)}, nil, nil, "a succeeded charge not captured at its gateway"},
-		{"succeeded, a refund applied", "succeeded", true, at("paywell", "P1", "partially_refunded"),
+		{"succeeded, a refund applied", "succeeded", true, refunded(at("paywell", "P1", "partially_refunded"), 300),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "partially_refunded", 300)}, []int64{300}, nil, ""},
-		{"succeeded, fully refunded in two", "succeeded", true, at("paywell", "P1", "refunded"),
+		{"succeeded, fully refunded in two", "succeeded", true, refunded(at("paywell", "P1", "refunded"), amount),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "refunded", amount)}, []int64{400, 600}, nil, ""},
+		{"succeeded, refunds accepted beyond the charge", "succeeded", true, refunded(at("paywell", "P1", "refunded"), 2*amount),
+			[]ledgerEntry{tx("paywell", "a1", "P1", "refunded", 2*amount)}, []int64{amount, amount}, nil, "refunds accepted beyond what the charge captured"},
+		{"succeeded, a refund counted twice in amount_refunded", "succeeded", true, refunded(at("paywell", "P1", "partially_refunded"), 600),
+			[]ledgerEntry{tx("paywell", "a1", "P1", "partially_refunded", 300)}, []int64{300}, nil, "a charge's stored amount_refunded is not what its gateway refunded"},
 		{"succeeded, a refund never applied", "succeeded", true, at("paywell", "P1", "succeeded"),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "captured", 0)}, []int64{300}, nil, "a succeeded charge's refunds not applied exactly once"},
-		{"succeeded, a refund applied twice", "succeeded", true, at("paywell", "P1", "partially_refunded"),
+		{"succeeded, a refund applied twice", "succeeded", true, refunded(at("paywell", "P1", "partially_refunded"), 600),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "partially_refunded", 600)}, []int64{300}, nil, "a succeeded charge's refunds not applied exactly once"},
 		{"succeeded, shown voided", "succeeded", true, at("paywell", "P1", "voided"),
 			[]ledgerEntry{tx("paywell", "a1", "P1", "captured", 0)}, nil, nil,

@@ -37,6 +37,15 @@ const (
 	// the keys it holds, so that they are taken over while it sleeps and its writes are refused
 	// once it wakes.
 	chaosStallFor = 8 * time.Second
+	// chaosLongStall is how long the long run's instance-stop-long stops an instance: long
+	// enough for its refunds in flight to be taken over and completed by the other instance,
+	// their keys' holds and the queue's idle time run out many times, before it resumes and
+	// finishes them too (which must count none of them twice).
+	chaosLongStall = 40 * time.Second
+	// chaosStopRaces is how many charges' refunds race when an instance is stopped; the stop
+	// waits up to chaosStopRefundWait for one of their requests to be under way at it.
+	chaosStopRaces      = 3
+	chaosStopRefundWait = 3 * time.Second
 	// chaosStoreStall is how long Redis or PostgreSQL is stopped (SIGSTOP).
 	chaosStoreStall = 3 * time.Second
 	// chaosStoreDown is how long Redis or PostgreSQL is away between its kill and its restart.
@@ -56,17 +65,21 @@ const (
 	envoyResetBody = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 )
 
-// chaosFaults is the fault schedule's repertoire: each round runs every one of them once, in a
-// seeded random order, with chaosFaultGap of calm between. nominal is what one takes, for
-// planning the rounds; stall marks those during which keys are sent to both instances at once.
-var chaosFaults = []struct {
+// chaosFault is one fault of the schedule. nominal is what it takes, for planning the rounds;
+// stall marks those during which keys are sent to both instances at once.
+type chaosFault struct {
 	name    string
 	nominal time.Duration
 	stall   bool
 	what    string
-}{
+}
+
+// chaosFaults is the fault schedule's repertoire: each round runs every one of them once, in a
+// seeded random order, with chaosFaultGap of calm between.
+var chaosFaults = []chaosFault{
 	{"instance-kill", 3 * time.Second, false, "SIGKILL of one instance, restarted on its ports a second later"},
-	{"instance-stop", chaosStallFor, true, "SIGSTOP of one instance for " + chaosStallFor.String() + " (its holds run out), then SIGCONT"},
+	{"instance-stop", chaosStallFor, true, "SIGSTOP of one instance for " + chaosStallFor.String() +
+		" (its holds run out) once a refund is under way at it, refunds of a few charges racing through both instances, then SIGCONT"},
 	{"kill-all", 5 * time.Second, false, "SIGKILL of both instances with charges and refunds outstanding, restarted a second later"},
 	{"redis-stop", chaosStoreStall, true, "SIGSTOP of redis-server for " + chaosStoreStall.String()},
 	{"redis-restart-empty", 2 * time.Second, false, "redis-server killed and started again empty on its port"},
@@ -75,10 +88,17 @@ var chaosFaults = []struct {
 	{"pg-restart", 3 * time.Second, false, "PostgreSQL stopped (fast shutdown), away a second, started again (pgtest.Stop, Start)"},
 }
 
-// chaosRound is the nominal time of one round of faults, gaps included.
-func chaosRound() time.Duration {
+// chaosLongFaults are added to the schedule of a long run (CHAOS_CHARGES at least chaosLongRun):
+// a short one has no time for them.
+var chaosLongFaults = []chaosFault{
+	{"instance-stop-long", chaosLongStall, true, "SIGSTOP of one instance for " + chaosLongStall.String() +
+		" once a refund is under way at it, refunds of a few charges racing through both instances, then SIGCONT"},
+}
+
+// chaosRound is the nominal time of one round of the schedule's faults, gaps included.
+func chaosRound(schedule []chaosFault) time.Duration {
 	d := time.Duration(0)
-	for _, f := range chaosFaults {
+	for _, f := range schedule {
 		d += f.nominal + chaosFaultGap*3/2
 	}
 	return d
@@ -207,12 +227,13 @@ func (tl *chaosTimeline) lastGlobalEnd() time.Time {
 	return end
 }
 
-// report is one line per fault: how often, when (after began), how long in all, and its notes.
-func (tl *chaosTimeline) report(began time.Time) string {
+// report is one line per fault of the schedule: how often, when (after began), how long in all,
+// and its notes.
+func (tl *chaosTimeline) report(began time.Time, schedule []chaosFault) string {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	var lines []string
-	for _, f := range chaosFaults {
+	for _, f := range schedule {
 		var at []string
 		for _, iv := range tl.global {
 			if iv.name == f.name {
@@ -260,8 +281,8 @@ func (r *chaosRun) faults(t *testing.T, rng *rand.Rand, loadDone <-chan struct{}
 		}
 	}
 	for round := 0; ; round++ {
-		for _, k := range rng.Perm(len(chaosFaults)) {
-			f := chaosFaults[k]
+		for _, k := range rng.Perm(len(r.schedule)) {
+			f := r.schedule[k]
 			gap := chaosFaultGap + time.Duration(rng.Int64N(int64(chaosFaultGap)))
 			if !wait(gap, round) {
 				return
@@ -278,7 +299,7 @@ func (r *chaosRun) faults(t *testing.T, rng *rand.Rand, loadDone <-chan struct{}
 // runFault runs one fault and returns once it is over.
 func (r *chaosRun) runFault(t *testing.T, rng *rand.Rand, name string, stall bool) {
 	t.Helper()
-	if stall && name != "instance-stop" { // that one says when its stall begins
+	if stall && !strings.HasPrefix(name, "instance-stop") { // those say when their stall begins
 		r.stall.Store(&name)
 	}
 	defer r.stall.Store(nil)
@@ -288,7 +309,9 @@ func (r *chaosRun) runFault(t *testing.T, rng *rand.Rand, name string, stall boo
 	case "kill-all":
 		r.killAll(t)
 	case "instance-stop":
-		r.stopInstance(t, rng.IntN(2))
+		r.stopInstance(t, name, rng.IntN(2), chaosStallFor)
+	case "instance-stop-long":
+		r.stopInstance(t, name, rng.IntN(2), chaosLongStall)
 	case "redis-stop":
 		end := r.tl.begin(name)
 		pid, err := redisPid(r.rds.Port)
@@ -361,18 +384,28 @@ func (r *chaosRun) busy(i int) int64 {
 	return r.at[i].Load()
 }
 
-// stopInstance stops instance i for chaosStallFor, longer than the hold on every key it holds.
-func (r *chaosRun) stopInstance(t *testing.T, i int) {
+// stopInstance stops instance i for d, longer than the hold on every key it holds, in the middle
+// of refunds: it starts refund races of a few succeeded charges through both instances and
+// stops i once one of them is under way at it (or after chaosStopRefundWait).
+func (r *chaosRun) stopInstance(t *testing.T, name string, i int, d time.Duration) {
 	t.Helper()
 	in := r.fleet.get(i)
+	races := r.book.unrefunded(chaosStopRaces)
+	for k, ch := range races {
+		r.refunders.Go(func() { r.refundRace(r.loadCtx, ch, (i+k)%2) })
+	}
+	until := time.Now().Add(chaosStopRefundWait)
+	for r.refundsAt[i].Load() == 0 && time.Now().Before(until) {
+		time.Sleep(time.Millisecond)
+	}
+	refunds := r.refundsAt[i].Load()
 	inFlight := r.busy(i)
-	name := "instance-stop"
 	r.stall.Store(&name)
 	end := r.tl.begin(name)
-	stopFor(t, name, in.proc.cmd.Process.Pid, chaosStallFor)
+	stopFor(t, name, in.proc.cmd.Process.Pid, d)
 	end()
-	r.tl.note("instance-stop", "%s stopped %v into the load for %v with %d client requests in flight at it", in.proc.name,
-		(time.Since(r.began) - chaosStallFor).Round(100*time.Millisecond), chaosStallFor, inFlight)
+	r.tl.note(name, "%s stopped %v into the load for %v with %d client requests in flight at it, %d of them refunds; %d charges' refunds racing",
+		in.proc.name, (time.Since(r.began) - d).Round(100*time.Millisecond), d, inFlight, refunds, len(races))
 }
 
 // kill ends the instance with SIGKILL: no drain, nothing stored that was not already; what it

@@ -47,6 +47,10 @@ const (
 	chaosDeclineShare = 0.10
 	chaosAuthShare    = 0.15 // capture: false
 	chaosRefundShare  = 0.15 // of succeeded charges: refunded (some twice, in part)
+	// chaosRaceShare is the share of the refunded charges whose refunds race: three to five of
+	// them, full or in part and together more than the charge, sent at once with different keys
+	// through both instances (refundRace); most are refused 409 invalid-charge-state.
+	chaosRaceShare = 0.3
 
 	// chaosDowntime is how long a killed instance stays down before its restart.
 	chaosDowntime = time.Second
@@ -95,6 +99,10 @@ var chaosBehaviors = []struct{ name, body string }{
 	{"tail", `{"mode":"normal","slow_share":0.2,"slow_latency":"` + chaosSlow.String() + `"}`},
 }
 
+// chaosLongRun is the least CHAOS_CHARGES of a long run (`make chaos`): its schedule adds
+// chaosLongFaults, which a short run has no time for.
+const chaosLongRun = 2000
+
 // chaosNames name the two instances.
 var chaosNames = [2]string{"payrouter-A", "payrouter-B"}
 
@@ -117,7 +125,10 @@ var chaosNames = [2]string{"payrouter-A", "payrouter-B"}
 //   - a charge told processing final within chaosResolveWithin of the last fault it saw,
 //     agreeing with the ledger;
 //   - every accepted refund (201, or 202 queued) applied exactly once, GET /refund/{id}
-//     succeeded, a queued one within chaosRefundWithin of the last fault it saw;
+//     succeeded, a queued one within chaosRefundWithin of the last fault it saw; the refunds
+//     accepted for a charge never more than it captured, though some charges' refunds race (sent
+//     at once through both instances with different keys), also while an instance is stopped;
+//   - every stored amount_refunded what its gateway's ledger refunded;
 //   - one final outcome per key (201/202-then-final/402/502; a 503 only invites the request
 //     again), never 404 for a charge or refund that was answered before;
 //   - no money held for a charge no client was told about.
@@ -139,8 +150,13 @@ func TestChaosMoney(t *testing.T) {
 		}
 		seed = n
 	}
-	load := max(chaosMinLoad, chaosRound()+2*time.Second, time.Duration(charges)*time.Second/chaosRate)
-	t.Logf("chaos: %d charges over about %v by %d clients, seed %d (CHAOS_SEED=%d repeats the draws)", charges, load, chaosClients, seed, seed)
+	schedule := chaosFaults
+	if charges >= chaosLongRun {
+		schedule = append(append([]chaosFault(nil), chaosFaults...), chaosLongFaults...)
+	}
+	load := max(chaosMinLoad, chaosRound(schedule)+2*time.Second, time.Duration(charges)*time.Second/chaosRate)
+	t.Logf("chaos: %d charges over about %v by %d clients, seed %d (CHAOS_SEED=%d repeats the draws); %d faults a round",
+		charges, load, chaosClients, seed, seed, len(schedule))
 
 	rds := redistest.Start(t)
 	s := startSims(t)
@@ -162,7 +178,7 @@ func TestChaosMoney(t *testing.T) {
 		fleet.ins[i] = startChaosInstance(t, s, cfg, name, proxy.srv.URL)
 	}
 
-	run := &chaosRun{fleet: fleet, book: newChaosBook(), seed: seed, began: time.Now(), tl: newChaosTimeline(), rds: rds, dbURL: dbURL}
+	run := &chaosRun{fleet: fleet, book: newChaosBook(), seed: seed, began: time.Now(), tl: newChaosTimeline(), rds: rds, dbURL: dbURL, schedule: schedule}
 	run.book.began = run.began
 	run.remaining.Store(int64(charges))
 	loadCtx, stopLoad := context.WithCancel(t.Context())
@@ -225,7 +241,7 @@ func TestChaosMoney(t *testing.T) {
 	sum.hedges = run.hedges()
 	run.book.report(t)
 	t.Log(sum.String(run))
-	t.Logf("chaos: faults of the schedule (seed %d):\n    %s\n    proxy in front of paywell: %s", seed, run.tl.report(run.began), proxy.report())
+	t.Logf("chaos: faults of the schedule (seed %d):\n    %s\n    proxy in front of paywell: %s", seed, run.tl.report(run.began, schedule), proxy.report())
 }
 
 // --- the fleet -----------------------------------------------------------------------------------
@@ -292,6 +308,8 @@ type chaosRun struct {
 	tl    *chaosTimeline
 	rds   *redistest.Server
 	dbURL string
+	// schedule is the faults of each round: chaosFaults, and chaosLongFaults in a long run.
+	schedule []chaosFault
 
 	remaining atomic.Int64 // new charges still to send
 	keys      atomic.Int64
@@ -315,6 +333,10 @@ type chaosRun struct {
 	// POST /charge and refund requests among them; at those at each instance.
 	inFlight, chargesInFlight, refundsInFlight atomic.Int64
 	at                                         [2]atomic.Int64
+	// refundsAt counts the refund requests under way at each instance: a stop of it waits for
+	// one, so that it stalls in the middle of a refund.
+	refundsAt [2]atomic.Int64
+	races     atomic.Int64 // refund races begun, numbering them
 
 	// adminChargesMissing is set once GET /admin/charges answered 404: settling then relies on
 	// watching the charges told processing.
@@ -412,6 +434,10 @@ func (r *chaosRun) newCharge(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	if ch := r.book.charge(a.chargeID()); ch != nil {
+		if rng.Float64() < chaosRaceShare {
+			r.refundRace(ctx, ch, rng.IntN(2))
+			return
+		}
 		r.refundSome(ctx, rng, ch)
 	}
 }
@@ -529,7 +555,12 @@ func (r *chaosRun) refundSome(ctx context.Context, rng *rand.Rand, ch *chaosChar
 // refund asks for a refund of amount (0: the whole charge) with its own key, as a storefront:
 // until an answer that is not an invitation to send it again, then polling a 202.
 func (r *chaosRun) refund(ctx context.Context, rng *rand.Rand, ch *chaosCharge, amount int64) {
-	rf := &chaosRefund{key: fmt.Sprintf("chaos-re-%d-%d", r.seed, r.keys.Add(1)), charge: ch, amount: amount}
+	r.refundVia(ctx, rng, ch, amount, 0, rng.IntN(2))
+}
+
+// refundVia is refund sent first to instance start, as one of race's refunds (0: none).
+func (r *chaosRun) refundVia(ctx context.Context, rng *rand.Rand, ch *chaosCharge, amount, race int64, start int) {
+	rf := &chaosRefund{key: fmt.Sprintf("chaos-re-%d-%d", r.seed, r.keys.Add(1)), charge: ch, amount: amount, race: race}
 	body := []byte(`{}`)
 	if amount > 0 {
 		body = []byte(fmt.Sprintf(`{"amount":%d}`, amount))
@@ -538,11 +569,59 @@ func (r *chaosRun) refund(ctx context.Context, rng *rand.Rand, ch *chaosCharge, 
 	}
 	rf.body = body
 	r.book.addRefund(rf)
-	_, ok := r.untilFinal(ctx, rng, rng.IntN(2), "/charge/"+ch.id+"/refund", body, rf.key, time.Now().Add(chaosRetryFor), &r.refundsInFlight,
+	_, ok := r.untilFinal(ctx, rng, start, "/charge/"+ch.id+"/refund", body, rf.key, time.Now().Add(chaosRetryFor), &r.refundsInFlight,
 		func(rep reply, who int) { r.refundAnswered(rf, rep, who) })
 	if !ok {
 		r.book.leaveRefundForLater(rf)
 	}
+}
+
+// refundRace refunds a succeeded charge three to five times at once, each refund with its own
+// key, in full or 30-60% of it, so that together they ask for more than it captured; the first
+// goes to instance start, the others alternately to each. A charge whose GET /charge/{id} does
+// not show it stored succeeded is refunded as refundSome does instead: a race refund's 409
+// invalid-charge-state is final (it did not fit), which it could not be for a charge not stored
+// succeeded yet.
+func (r *chaosRun) refundRace(ctx context.Context, ch *chaosCharge, start int) {
+	race := r.races.Add(1)
+	rng := rand.New(rand.NewPCG(r.seed, 3_000_000+uint64(race)))
+	if !r.storedSucceeded(ch, start) {
+		r.book.count("refund races given up: the charge not seen stored succeeded (refunded as usual)")
+		r.refundSome(ctx, rng, ch)
+		return
+	}
+	amount := ch.order.amount
+	n := 3 + rng.IntN(3)
+	asks := make([]int64, n)
+	for k := range asks {
+		// A full refund names its amount: {} would refund what is left when it arrives, and
+		// the book holds every accepted refund to the amount asked.
+		asks[k] = amount
+		if rng.IntN(3) > 0 && amount >= 4 {
+			asks[k] = max(1, amount*int64(30+rng.IntN(31))/100)
+		}
+	}
+	r.book.count(fmt.Sprintf("refund races (3-5 refunds of one charge at once, both instances): %d refunds", n))
+	var wg sync.WaitGroup
+	for k, ask := range asks {
+		krng := rand.New(rand.NewPCG(r.seed, 4_000_000+uint64(race)*8+uint64(k)))
+		wg.Go(func() { r.refundVia(ctx, krng, ch, ask, race, (start+k)%2) })
+	}
+	wg.Wait()
+}
+
+// storedSucceeded reports whether GET /charge/{id}, through instance start or the other, shows
+// the charge succeeded with nothing refunded yet.
+func (r *chaosRun) storedSucceeded(ch *chaosCharge, start int) bool {
+	for try := range 4 {
+		in := r.fleet.get((start + try) % 2)
+		c, _, err := in.chargeObject(ch.id)
+		if err == nil {
+			return c.Status == "succeeded" && c.AmountRefunded == 0
+		}
+		pause(r.loadCtx, 200*time.Millisecond)
+	}
+	return false
 }
 
 // refundAnswered records an answer to a refund's key and, for one first told queued, starts
@@ -559,22 +638,30 @@ func (r *chaosRun) refundAnswered(rf *chaosRefund, rep reply, who int) {
 // goes again a moment later, to either instance; after a 503 (gateways-unavailable or
 // state-unavailable) once its Retry-After, capped at chaosRetryAfterCap, has passed; after a 500
 // (a problem of its own) a moment later; a refund refused 409 invalid-charge-state (its charge,
-// told succeeded, may not be stored so yet) a second later. seen gets every answer. It gives up
+// told succeeded, may not be stored so yet) a second later, unless it is one of a race's, for
+// which that is the final answer: it did not fit. seen gets every answer. It gives up
 // at deadline (false): the request is left for the final pass.
 func (r *chaosRun) untilFinal(ctx context.Context, rng *rand.Rand, start int, path string, body []byte, key string, deadline time.Time,
 	counter *atomic.Int64, seen func(rep reply, who int)) (reply, bool) {
 	i := start
 	var last reply
+	refund := strings.HasSuffix(path, "/refund")
 	for ctx.Err() == nil {
 		in := r.fleet.get(i)
 		counter.Add(1)
 		r.inFlight.Add(1)
 		r.at[i].Add(1)
+		if refund {
+			r.refundsAt[i].Add(1)
+		}
 		rep, err := send(in.client, http.MethodPost, in.url+path, body,
 			"Authorization", "Bearer "+apiKey, "Content-Type", "application/json", "Idempotency-Key", key)
 		counter.Add(-1)
 		r.inFlight.Add(-1)
 		r.at[i].Add(-1)
+		if refund {
+			r.refundsAt[i].Add(-1)
+		}
 		if err != nil {
 			r.book.count("network errors (sent again to the other instance)")
 			if time.Now().After(deadline) {
@@ -591,7 +678,7 @@ func (r *chaosRun) untilFinal(ctx context.Context, rng *rand.Rand, start int, pa
 		case rep.status == http.StatusConflict && kind == "idempotency-conflict":
 			wait = 100*time.Millisecond + time.Duration(rng.IntN(100))*time.Millisecond
 			i = rng.IntN(2)
-		case rep.status == http.StatusConflict && kind == "invalid-charge-state" && strings.HasSuffix(path, "/refund"):
+		case rep.status == http.StatusConflict && kind == "invalid-charge-state" && refund && !r.book.raced(key):
 			r.book.count("refund 409 invalid-charge-state (sent again a second later)")
 			wait = time.Second
 		case rep.status == http.StatusServiceUnavailable:

@@ -86,6 +86,7 @@ func runCases(t *testing.T, a Adapter, p *pki) {
 		{"normal/capture_by_reference", testCaptureByReference},
 		{"normal/void", testVoid},
 		{"normal/refund", testRefund},
+		{"refund_unchecked", testRefundUnchecked},
 		{"normal/same_reference_twice", testSameReferenceTwice},
 		{"normal/status_not_found", testStatusNotFound},
 		{"normal/operation_on_unknown_charge", testOperationOnUnknownCharge},
@@ -437,6 +438,27 @@ func testRefund(t *testing.T, e *env) {
 	more.Reference, more.Amount = "re_conf_3", 1
 	e.expect("refund beyond the amount", e.gw.Refund(e.ctx(generous), more), payrouter.OutcomeError)
 	e.expectLedger("after a refused refund", tx(ref, 2000, sim.StatusRefunded, 2000))
+}
+
+// testRefundUnchecked: a gateway told to approve every refund takes refunds beyond the amount,
+// each reference once, and its ledger shows them.
+func testRefundUnchecked(t *testing.T, e *env) {
+	ref := e.ref()
+	r := e.gw.Authorize(e.ctx(generous), e.charge(ref, 1000, "tok_visa", true))
+	e.expect("charge", r, payrouter.OutcomeSucceeded, payrouter.TxCaptured)
+	e.control(http.MethodPut, "/_sim/behavior", map[string]any{"mode": sim.ModeNormal, "refund_unchecked": true}, nil)
+	full := payrouter.TxRequest{Reference: "re_unchecked_1", ChargeReference: ref, GatewayReference: r.GatewayReference, Amount: 1000, Currency: "USD"}
+	e.expect("a full refund", e.gw.Refund(e.ctx(generous), full), payrouter.OutcomeSucceeded, payrouter.TxRefunded)
+	again := full
+	again.Reference = "re_unchecked_2"
+	e.expect("a second full refund, unchecked", e.gw.Refund(e.ctx(generous), again), payrouter.OutcomeSucceeded, payrouter.TxRefunded)
+	e.expect("the second one sent twice", e.gw.Refund(e.ctx(generous), again), payrouter.OutcomeSucceeded, payrouter.TxRefunded)
+	e.expectLedger("after two full refunds of one charge, unchecked", tx(ref, 1000, sim.StatusRefunded, 2000))
+	e.behave(sim.ModeNormal, 0, false)
+	third := full
+	third.Reference = "re_unchecked_3"
+	e.expect("a third full refund, checked again", e.gw.Refund(e.ctx(generous), third), payrouter.OutcomeError)
+	e.expectLedger("after a refused refund", tx(ref, 1000, sim.StatusRefunded, 2000))
 }
 
 func testSameReferenceTwice(t *testing.T, e *env) {

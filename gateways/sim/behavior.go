@@ -74,6 +74,11 @@ type Behavior struct {
 	// SlowLatency is the extra delay of a call drawn into the tail; it must be set when
 	// SlowShare is.
 	SlowLatency time.Duration
+	// RefundUnchecked approves every refund of a captured transaction, whatever is left to
+	// refund: the ledger then records refunded beyond the amount, so that a test can see
+	// over-refunds at the gateway and payrouter alone holds the limit. The transaction's state
+	// is still checked (an authorization or a voided one is not refunded).
+	RefundUnchecked bool
 }
 
 // delay is how long the answer to one API call is held back: Latency, plus SlowLatency for a
@@ -87,14 +92,16 @@ func (b Behavior) delay(draw float64) time.Duration {
 
 // behaviorJSON is Behavior on the wire: the latencies as Go duration strings ("20s", "150ms").
 type behaviorJSON struct {
-	Mode        Mode    `json:"mode"`
-	Latency     string  `json:"latency"`
-	DeclineAll  bool    `json:"decline_all"`
-	SlowShare   float64 `json:"slow_share"`
-	SlowLatency string  `json:"slow_latency"`
+	Mode            Mode    `json:"mode"`
+	Latency         string  `json:"latency"`
+	DeclineAll      bool    `json:"decline_all"`
+	SlowShare       float64 `json:"slow_share"`
+	SlowLatency     string  `json:"slow_latency"`
+	RefundUnchecked bool    `json:"refund_unchecked"`
 }
 
-// MarshalJSON writes {"mode", "latency", "decline_all", "slow_share", "slow_latency"}.
+// MarshalJSON writes {"mode", "latency", "decline_all", "slow_share", "slow_latency",
+// "refund_unchecked"}.
 func (b Behavior) MarshalJSON() ([]byte, error) {
 	m := b.Mode
 	if m == "" {
@@ -102,7 +109,7 @@ func (b Behavior) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(behaviorJSON{
 		Mode: m, Latency: b.Latency.String(), DeclineAll: b.DeclineAll,
-		SlowShare: b.SlowShare, SlowLatency: b.SlowLatency.String(),
+		SlowShare: b.SlowShare, SlowLatency: b.SlowLatency.String(), RefundUnchecked: b.RefundUnchecked,
 	})
 }
 
@@ -125,12 +132,12 @@ func ParseBehavior(r io.Reader) (Behavior, error) {
 	dec.DisallowUnknownFields()
 	var in behaviorJSON
 	if err := dec.Decode(&in); err != nil {
-		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang|process_then_503", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s"}: %v`, err)
+		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang|process_then_503", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s", "refund_unchecked": false}: %v`, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Behavior{}, errors.New("behavior: unexpected data after the JSON object")
 	}
-	b := Behavior{Mode: in.Mode, DeclineAll: in.DeclineAll}
+	b := Behavior{Mode: in.Mode, DeclineAll: in.DeclineAll, RefundUnchecked: in.RefundUnchecked}
 	if b.Mode == "" {
 		b.Mode = ModeNormal
 	}

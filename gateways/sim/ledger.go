@@ -211,7 +211,8 @@ func (l *Ledger) Void(opRef, key string) (OpResult, error) {
 	})
 }
 
-// Refund gives back amount of a captured transaction; 0 refunds all that is left.
+// Refund gives back amount of a captured transaction; 0 refunds all that is left. A fake's
+// handler calls Server.Refund instead, which honours Behavior.RefundUnchecked.
 func (l *Ledger) Refund(opRef, key string, amount int64) (OpResult, error) {
 	return l.apply("refund", opRef, key, func(t *Tx) (int64, error) {
 		if t.Status != StatusCaptured && t.Status != StatusPartiallyRefunded {
@@ -227,6 +228,34 @@ func (l *Ledger) Refund(opRef, key string, amount int64) (OpResult, error) {
 		t.Refunded += amount
 		t.Status = StatusPartiallyRefunded
 		if t.Refunded == t.Amount {
+			t.Status = StatusRefunded
+		}
+		return amount, nil
+	})
+}
+
+// RefundUnchecked is Refund at a gateway that does not check what is left to refund
+// (Behavior.RefundUnchecked): any positive amount of a captured transaction is approved, and
+// Refunded may go beyond Amount. 0 refunds all that is left, or the whole amount again when
+// nothing is. The transaction's state is still checked, and opRef still makes the call
+// idempotent.
+func (l *Ledger) RefundUnchecked(opRef, key string, amount int64) (OpResult, error) {
+	return l.apply("refund", opRef, key, func(t *Tx) (int64, error) {
+		if t.Status != StatusCaptured && t.Status != StatusPartiallyRefunded && t.Status != StatusRefunded {
+			return 0, fmt.Errorf("%w: cannot refund a %s transaction", ErrState, t.Status)
+		}
+		if amount == 0 {
+			amount = t.Amount - t.Refunded
+			if amount <= 0 {
+				amount = t.Amount
+			}
+		}
+		if amount <= 0 {
+			return 0, fmt.Errorf("%w: refund of %d", ErrAmount, amount)
+		}
+		t.Refunded += amount
+		t.Status = StatusPartiallyRefunded
+		if t.Refunded >= t.Amount {
 			t.Status = StatusRefunded
 		}
 		return amount, nil

@@ -157,3 +157,62 @@ func TestLedgerResetKeepsCountingIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestLedgerRefundUnchecked(t *testing.T) {
+	l := sim.NewLedger("tx_", "op_")
+	l.Create(sim.NewTx{Reference: "c", Amount: 1000, Currency: "USD", Capture: true})
+	l.Create(sim.NewTx{Reference: "a", Amount: 1000, Currency: "USD"})
+	l.Create(sim.NewTx{Reference: "d", Amount: 1000, Currency: "USD", Decline: "no"})
+
+	steps := []struct {
+		op, key  string
+		amount   int64
+		wantErr  error
+		refunded int64 // the transaction's total after the step
+		status   sim.TxStatus
+	}{
+		{"re1", "c", 1000, nil, 1000, sim.StatusRefunded},
+		{"re2", "c", 1000, nil, 2000, sim.StatusRefunded},
+		{"re2", "c", 1000, nil, 2000, sim.StatusRefunded}, // the same op: replayed, not applied again
+		{"re3", "c", 300, nil, 2300, sim.StatusRefunded},
+		{"re4", "c", 0, nil, 3300, sim.StatusRefunded}, // nothing left: 0 is the whole amount again
+		{"re5", "c", -1, sim.ErrAmount, 3300, sim.StatusRefunded},
+		{"re6", "a", 100, sim.ErrState, 0, sim.StatusAuthorized},
+		{"re7", "d", 100, sim.ErrState, 0, sim.StatusDeclined},
+		{"re8", "nowhere", 100, sim.ErrNotFound, 0, ""},
+	}
+	for _, st := range steps {
+		_, err := l.RefundUnchecked(st.op, st.key, st.amount)
+		if !errors.Is(err, st.wantErr) {
+			t.Fatalf("RefundUnchecked(%s, %s, %d) = %v, want %v", st.op, st.key, st.amount, err, st.wantErr)
+		}
+		tx, _ := l.Lookup(st.key)
+		if tx.Refunded != st.refunded || tx.Status != st.status {
+			t.Fatalf("after RefundUnchecked(%s, %s, %d): %+v; want refunded %d, %s", st.op, st.key, st.amount, tx, st.refunded, st.status)
+		}
+	}
+
+	// A partial refund below the amount, unchecked, is partially_refunded; the checked Refund
+	// refuses what an unchecked one would approve.
+	l.Create(sim.NewTx{Reference: "p", Amount: 1000, Currency: "USD", Capture: true})
+	if res, err := l.RefundUnchecked("rp1", "p", 600); err != nil || res.Tx.Status != sim.StatusPartiallyRefunded {
+		t.Fatalf("RefundUnchecked 600 of 1000 = %+v, %v; want partially_refunded", res.Tx, err)
+	}
+	if _, err := l.Refund("rp2", "p", 600); !errors.Is(err, sim.ErrAmount) {
+		t.Fatalf("Refund 600 with 400 left = %v; want ErrAmount", err)
+	}
+}
+
+func TestLedgerConcurrentRefundUnchecked(t *testing.T) {
+	l := sim.NewLedger("tx_", "op_")
+	l.Create(sim.NewTx{Reference: "c", Amount: 1000, Currency: "USD", Capture: true})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { _, _ = l.RefundUnchecked(fmt.Sprint("re", i), "c", 1000) })
+		wg.Go(func() { _, _ = l.RefundUnchecked(fmt.Sprint("re", i), "c", 1000) }) // each op twice
+	}
+	wg.Wait()
+	if tx, _ := l.Lookup("c"); tx.Refunded != 8000 {
+		t.Fatalf("8 refunds of 1000, each sent twice, unchecked: refunded %d, want 8000", tx.Refunded)
+	}
+}

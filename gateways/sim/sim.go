@@ -15,6 +15,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -128,6 +129,24 @@ func (s *Server) Handle(pattern string, h http.HandlerFunc) {
 // Ledger is the fake's ledger of transactions.
 func (s *Server) Ledger() *Ledger { return s.ledger }
 
+// Refund applies a refund to the ledger for the API call r: Ledger.Refund, or
+// Ledger.RefundUnchecked when the behavior the call arrived under has RefundUnchecked. Every
+// fake's refund handler calls it with the request it serves, so that all three get the behavior
+// and a behavior changed while the call runs does not change it.
+func (s *Server) Refund(r *http.Request, opRef, key string, amount int64) (OpResult, error) {
+	b, ok := r.Context().Value(behaviorKey{}).(Behavior)
+	if !ok { // not through Handle: the behavior now
+		b = s.Behavior()
+	}
+	if b.RefundUnchecked {
+		return s.ledger.RefundUnchecked(opRef, key, amount)
+	}
+	return s.ledger.Refund(opRef, key, amount)
+}
+
+// behaviorKey keys, in an API call's context, the behavior it arrived under.
+type behaviorKey struct{}
+
 // Behavior returns the current behavior.
 func (s *Server) Behavior() Behavior {
 	s.mu.Lock()
@@ -200,6 +219,7 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 		defer s.begin()()
 		b := s.Behavior() // the behavior when the request arrived holds for all of it
 		delay := b.delay(s.rand())
+		r = r.WithContext(context.WithValue(r.Context(), behaviorKey{}, b))
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		switch b.Mode {
 		case ModeHang:
@@ -338,7 +358,7 @@ func (s *Server) putBehavior(w http.ResponseWriter, r *http.Request) {
 	}
 	s.SetBehavior(b)
 	s.logger.Load().Info("behavior", "gateway", s.name, "mode", b.Mode, "latency", b.Latency.String(), "decline_all", b.DeclineAll,
-		"slow_share", b.SlowShare, "slow_latency", b.SlowLatency.String())
+		"slow_share", b.SlowShare, "slow_latency", b.SlowLatency.String(), "refund_unchecked", b.RefundUnchecked)
 	WriteJSON(w, http.StatusOK, b)
 }
 

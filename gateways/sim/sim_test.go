@@ -45,6 +45,9 @@ func TestParseBehavior(t *testing.T) {
 		{`{"slow_share":0.5,"slow_latency":"-2s"}`, sim.Behavior{}, `slow_latency "-2s": must not be negative`},
 		{`{"slow_share":"0.5","slow_latency":"2s"}`, sim.Behavior{}, "want a JSON object"},
 		{`{"slow_latency":2}`, sim.Behavior{}, "want a JSON object"},
+		{`{"refund_unchecked":true}`, sim.Behavior{Mode: sim.ModeNormal, RefundUnchecked: true}, ""},
+		{`{"mode":"process_then_503","refund_unchecked":true}`, sim.Behavior{Mode: sim.ModeProcessThen503, RefundUnchecked: true}, ""},
+		{`{"refund_unchecked":"true"}`, sim.Behavior{}, "want a JSON object"},
 		{`{"mode":"down"}`, sim.Behavior{}, `unknown mode "down"`},
 		{`{"mode":"normal","latency":"fast"}`, sim.Behavior{}, `latency "fast"`},
 		{`{"mode":"normal","latency":"-1s"}`, sim.Behavior{}, "must not be negative"},
@@ -66,9 +69,9 @@ func TestParseBehavior(t *testing.T) {
 }
 
 func TestBehaviorJSONRoundTrip(t *testing.T) {
-	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true, SlowShare: 0.25, SlowLatency: 2 * time.Second}
+	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true, SlowShare: 0.25, SlowLatency: 2 * time.Second, RefundUnchecked: true}
 	data, err := json.Marshal(b)
-	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true,"slow_share":0.25,"slow_latency":"2s"}` {
+	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true,"slow_share":0.25,"slow_latency":"2s","refund_unchecked":true}` {
 		t.Fatalf("Marshal = %s, %v", data, err)
 	}
 	var back sim.Behavior
@@ -99,7 +102,7 @@ func fakeWith(t *testing.T, draw func() float64) (*sim.Server, string) {
 		sim.WriteJSON(w, http.StatusOK, tx)
 	})
 	s.Handle("POST /refund", func(w http.ResponseWriter, r *http.Request) {
-		res, err := s.Ledger().Refund(r.URL.Query().Get("op"), r.URL.Query().Get("ref"), 40)
+		res, err := s.Refund(r, r.URL.Query().Get("op"), r.URL.Query().Get("ref"), 40)
 		if err != nil {
 			sim.WriteJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 			return
@@ -164,7 +167,7 @@ func TestControlAPI(t *testing.T) {
 	if got := s.Behavior(); got != (sim.Behavior{Mode: sim.ModeUnavailable, Latency: 5 * time.Millisecond, DeclineAll: true}) {
 		t.Fatalf("behavior after PUT: %+v", got)
 	}
-	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s"}` {
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s","refund_unchecked":false}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
 	}
 	a = call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_503"}`)
@@ -175,7 +178,7 @@ func TestControlAPI(t *testing.T) {
 	if a.status != 200 || !strings.Contains(a.body, `"mode":"process_then_hang"`) {
 		t.Fatalf("PUT /_sim/behavior: %+v", a)
 	}
-	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"process_then_hang","latency":"0s","decline_all":false,"slow_share":0.02,"slow_latency":"2s"}` {
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"process_then_hang","latency":"0s","decline_all":false,"slow_share":0.02,"slow_latency":"2s","refund_unchecked":false}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
 	}
 	call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"unavailable","latency":"5ms","decline_all":true}`)
@@ -489,5 +492,61 @@ func TestDeclines(t *testing.T) {
 	}
 	if s.Behavior().Mode != sim.ModeNormal {
 		t.Fatalf("an empty mode is normal: %+v", s.Behavior())
+	}
+}
+
+// TestRefundUnchecked: with refund_unchecked every refund of a captured transaction is approved
+// and the ledger shows refunded beyond the amount; a PUT without it and a reset bring the check
+// back.
+func TestRefundUnchecked(t *testing.T) {
+	s, url := fake(t)
+	ctx := within(t, 10*time.Second)
+	call(ctx, "POST", url+"/pay?ref=r1&token=tok_visa", "") // captures 100
+
+	refund := func(op string) answer { return call(ctx, "POST", url+"/refund?ref=r1&op="+op, "") }
+	for _, op := range []string{"o1", "o2"} {
+		if a := refund(op); a.status != 200 {
+			t.Fatalf("refund %s of 40 with 100 captured: %+v", op, a)
+		}
+	}
+	if a := refund("o3"); a.status != http.StatusConflict {
+		t.Fatalf("refund o3 of 40 with 20 left, checked: %+v; want refused", a)
+	}
+
+	if a := call(ctx, "PUT", url+"/_sim/behavior", `{"refund_unchecked":true}`); a.status != 200 || !strings.Contains(a.body, `"refund_unchecked":true`) {
+		t.Fatalf("PUT /_sim/behavior refund_unchecked: %+v", a)
+	}
+	for _, op := range []string{"o3", "o4", "o5"} {
+		if a := refund(op); a.status != 200 {
+			t.Fatalf("refund %s, unchecked: %+v; want approved", op, a)
+		}
+	}
+	if a := refund("o5"); a.status != 200 {
+		t.Fatalf("refund o5 again, unchecked: %+v; want it replayed", a)
+	}
+	want := `{"transactions":[{"reference":"r1","id":"tx_000001","amount":100,"currency":"USD","status":"refunded","refunded":200}]}`
+	if a := call(ctx, "GET", url+"/_sim/ledger", ""); strings.TrimSpace(a.body) != want {
+		t.Fatalf("GET /_sim/ledger after five refunds of 40 (one sent twice) of 100: %s; want %s", a.body, want)
+	}
+	if st := s.Stats(); st.Requests != 8 {
+		t.Errorf("stats: %+v, want 8 requests", st)
+	}
+
+	// Any PUT replaces the whole behavior: a mode change without the field checks again.
+	call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_503"}`)
+	if a := refund("o6"); a.status != http.StatusServiceUnavailable {
+		t.Fatalf("refund o6 in process_then_503: %+v; want the proxy's 503", a)
+	}
+	if tx, _ := s.Ledger().Lookup("r1"); tx.Refunded != 200 {
+		t.Errorf("a refund of a refunded transaction, checked again: applied (refunded %d, want 200)", tx.Refunded)
+	}
+	call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_503","refund_unchecked":true}`)
+	refund("o7")
+	if tx, _ := s.Ledger().Lookup("r1"); tx.Refunded != 240 {
+		t.Errorf("refund o7 in process_then_503, unchecked: refunded %d, want 240 (processed, then the proxy's 503)", tx.Refunded)
+	}
+	call(ctx, "POST", url+"/_sim/reset", "")
+	if got := s.Behavior(); got.RefundUnchecked {
+		t.Errorf("behavior after reset: %+v, want refunds checked", got)
 	}
 }

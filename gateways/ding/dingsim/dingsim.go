@@ -257,7 +257,7 @@ func (f *fake) cancelTransfer(w http.ResponseWriter, r *http.Request) {
 func (f *fake) refundTransfer(w http.ResponseWriter, r *http.Request) {
 	var in operation
 	if decode(w, r, &in) {
-		res, err := f.s.Ledger().Refund(in.DistributorRef, in.transfer(), in.RefundValue)
+		res, err := f.s.Refund(r, in.DistributorRef, in.transfer(), in.RefundValue)
 		answer(w, res, err)
 	}
 }

@@ -245,7 +245,7 @@ func (f *fake) createRefund(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "amount", "parameter_invalid_integer", "amount must be a positive integer in the currency's minor unit.")
 		return
 	}
-	res, err := f.s.Ledger().Refund(r.Header.Get("Idempotency-Key"), id, amount)
+	res, err := f.s.Refund(r, r.Header.Get("Idempotency-Key"), id, amount)
 	if err != nil {
 		opError(w, err)
 		return

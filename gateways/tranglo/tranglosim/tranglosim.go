@@ -213,7 +213,7 @@ func (f *fake) void(w http.ResponseWriter, r *http.Request) {
 func (f *fake) refund(w http.ResponseWriter, r *http.Request) {
 	var in operation
 	if decode(w, r, &in) {
-		res, err := f.s.Ledger().Refund(in.TransID, in.payment(), in.Amount)
+		res, err := f.s.Refund(r, in.TransID, in.payment(), in.Amount)
 		opAnswer(w, in.TransID, res, err)
 	}
 }
