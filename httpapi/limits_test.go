@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,11 +19,13 @@ import (
 	"github.com/payrouter/payrouter/telemetry"
 )
 
-// newLimitedStack is newStack with the limits of cfg; it returns the metrics too.
+// newLimitedStack is newBubbleStack with the limits of cfg; it returns the metrics too. The
+// limits read the clock, so their tests run in a synctest bubble, where waiting out a refill
+// costs nothing and a slow machine refills nothing early.
 func newLimitedStack(t *testing.T, cfg config.Limits) (*stack, *telemetry.Metrics) {
 	t.Helper()
 	var metrics *telemetry.Metrics
-	st := newStackHolding(t, "admin-token", time.Minute, func(d *Deps) {
+	st := newBubbleStack(t, "admin-token", time.Minute, func(d *Deps) {
 		d.Limits = NewLimits(cfg, []config.APIKey{{Key: "key-1"}, {Key: "key-2"}})
 		metrics = d.Metrics
 	})
@@ -56,90 +59,96 @@ const visa = `{"amount":1999,"currency":"USD","payment_method":{"type":"card","t
 // A key over its rate is answered 429 with Retry-After, without taking its Idempotency-Key:
 // the same request goes through once the bucket refills. Another key is not slowed.
 func TestKeyRateLimit(t *testing.T) {
-	st, m := newLimitedStack(t, config.Limits{RequestsPerSecond: 1, Burst: 2, KeyShare: 1})
-	for i := range 2 {
-		if r := st.charge(fmt.Sprintf("rl-%d", i), visa); r.status != 201 {
-			t.Fatalf("charge %d within the burst: %d %s", i+1, r.status, r.body)
+	synctest.Test(t, func(t *testing.T) {
+		st, m := newLimitedStack(t, config.Limits{RequestsPerSecond: 1, Burst: 2, KeyShare: 1})
+		for i := range 2 {
+			if r := st.charge(fmt.Sprintf("rl-%d", i), visa); r.status != 201 {
+				t.Fatalf("charge %d within the burst: %d %s", i+1, r.status, r.body)
+			}
 		}
-	}
-	r := st.charge("rl-over", visa)
-	if r.status != 429 || problemType(t, r) != "/problems/rate-limited" {
-		t.Fatalf("third charge at once with a burst of 2: %d %s, want 429 rate-limited", r.status, r.body)
-	}
-	if got := r.header.Get("Retry-After"); got != "1" {
-		t.Errorf("Retry-After %q, want 1 (at most a second at 1/s)", got)
-	}
-	if !strings.Contains(r.body, `"retry_after_ms":`) {
-		t.Errorf("429 body without retry_after_ms: %s", r.body)
-	}
-	if got := limitedCount(t, m, telemetry.LimitKeyRate); got != 1 {
-		t.Errorf("payrouter_rate_limited_total{reason=key_rate} = %d, want 1", got)
-	}
-	// GETs count against the same bucket; another key has its own.
-	if r := do(st.api, "GET", "/charge/ch_nope", "", "Authorization", "Bearer key-1"); r.status != 429 {
-		t.Errorf("a GET by the limited key: %d, want 429", r.status)
-	}
-	other := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-2", "Idempotency-Key", "rl-other")
-	if other.status != 201 {
-		t.Errorf("key-2 while key-1 is limited: %d %s, want 201", other.status, other.body)
-	}
+		r := st.charge("rl-over", visa)
+		if r.status != 429 || problemType(t, r) != "/problems/rate-limited" {
+			t.Fatalf("third charge at once with a burst of 2: %d %s, want 429 rate-limited", r.status, r.body)
+		}
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Errorf("Retry-After %q, want 1 (at most a second at 1/s)", got)
+		}
+		if !strings.Contains(r.body, `"retry_after_ms":`) {
+			t.Errorf("429 body without retry_after_ms: %s", r.body)
+		}
+		if got := limitedCount(t, m, telemetry.LimitKeyRate); got != 1 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_rate} = %d, want 1", got)
+		}
+		// GETs count against the same bucket; another key has its own.
+		if r := do(st.api, "GET", "/charge/ch_nope", "", "Authorization", "Bearer key-1"); r.status != 429 {
+			t.Errorf("a GET by the limited key: %d, want 429", r.status)
+		}
+		other := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-2", "Idempotency-Key", "rl-other")
+		if other.status != 201 {
+			t.Errorf("key-2 while key-1 is limited: %d %s, want 201", other.status, other.body)
+		}
 
-	time.Sleep(1100 * time.Millisecond) // one token at 1/s; the limiter reads the real clock
-	r = st.charge("rl-over", visa)
-	if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
-		t.Errorf("the refused request sent again after Retry-After: %d replayed=%q %s, want a first 201",
-			r.status, r.header.Get("Idempotent-Replayed"), r.body)
-	}
-	if n := len(st.ledger(t, "paywell")); n != 4 {
-		t.Errorf("paywell ledger holds %d charges, want 4 (the refused request reached no gateway)", n)
-	}
+		time.Sleep(time.Second) // one token at 1/s
+		r = st.charge("rl-over", visa)
+		if r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("the refused request sent again after Retry-After: %d replayed=%q %s, want a first 201",
+				r.status, r.header.Get("Idempotent-Replayed"), r.body)
+		}
+		if n := len(st.ledger(t, "paywell")); n != 4 {
+			t.Errorf("paywell ledger holds %d charges, want 4 (the refused request reached no gateway)", n)
+		}
+	})
 }
 
 // After N failed authentications within a minute, an address is answered 429 before its
 // credentials are checked, on the storefront and the admin listener alike; another address is
 // not.
 func TestAuthFailureThrottle(t *testing.T) {
-	st, m := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 3, KeyShare: 1})
-	for i := range 3 {
-		r := do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key")
-		if r.status != 401 {
-			t.Fatalf("failure %d: %d, want 401", i+1, r.status)
+	synctest.Test(t, func(t *testing.T) {
+		st, m := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 3, KeyShare: 1})
+		for i := range 3 {
+			r := do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key")
+			if r.status != 401 {
+				t.Fatalf("failure %d: %d, want 401", i+1, r.status)
+			}
 		}
-	}
-	for _, tc := range []struct {
-		name string
-		r    reply
-	}{
-		{"storefront with a right key", do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer key-1")},
-		{"admin with the right token", do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer admin-token")},
-	} {
-		if tc.r.status != 429 || problemType(t, tc.r) != "/problems/rate-limited" {
-			t.Errorf("%s after 3 failures: %d %s, want 429 rate-limited", tc.name, tc.r.status, tc.r.body)
+		for _, tc := range []struct {
+			name string
+			r    reply
+		}{
+			{"storefront with a right key", do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer key-1")},
+			{"admin with the right token", do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer admin-token")},
+		} {
+			if tc.r.status != 429 || problemType(t, tc.r) != "/problems/rate-limited" {
+				t.Errorf("%s after 3 failures: %d %s, want 429 rate-limited", tc.name, tc.r.status, tc.r.body)
+			}
+			if got := tc.r.header.Get("Retry-After"); got != "20" {
+				t.Errorf("%s: Retry-After %q, want 20 (one failure every 20 s at 3 a minute)", tc.name, got)
+			}
 		}
-		if got := tc.r.header.Get("Retry-After"); got != "20" {
-			t.Errorf("%s: Retry-After %q, want 20 (one failure every 20 s at 3 a minute)", tc.name, got)
+		if got := limitedCount(t, m, telemetry.LimitAuthFailures); got != 2 {
+			t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %d, want 2", got)
 		}
-	}
-	if got := limitedCount(t, m, telemetry.LimitAuthFailures); got != 2 {
-		t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %d, want 2", got)
-	}
-	// Another address (httptest's requests all come from 192.0.2.1) is let through.
-	req := do(st.api, "GET", "/healthz", "")
-	if req.status != 200 {
-		t.Errorf("healthz, which needs no credentials, answered %d", req.status)
-	}
+		// Another address (httptest's requests all come from 192.0.2.1) is let through.
+		req := do(st.api, "GET", "/healthz", "")
+		if req.status != 200 {
+			t.Errorf("healthz, which needs no credentials, answered %d", req.status)
+		}
+	})
 }
 
 func TestAuthFailureThrottleAdmin(t *testing.T) {
-	st, _ := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 2, KeyShare: 1})
-	for range 2 {
-		if r := do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer guess"); r.status != 401 {
-			t.Fatalf("wrong admin token: %d, want 401", r.status)
+	synctest.Test(t, func(t *testing.T) {
+		st, _ := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 2, KeyShare: 1})
+		for range 2 {
+			if r := do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer guess"); r.status != 401 {
+				t.Fatalf("wrong admin token: %d, want 401", r.status)
+			}
 		}
-	}
-	if r := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-1", "Idempotency-Key", "k"); r.status != 429 {
-		t.Errorf("storefront after 2 admin failures from the address: %d, want 429", r.status)
-	}
+		if r := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-1", "Idempotency-Key", "k"); r.status != 429 {
+			t.Errorf("storefront after 2 admin failures from the address: %d, want 429", r.status)
+		}
+	})
 }
 
 // One key flooding a slow gateway holds at most its share of the bulkhead; the other key's
@@ -147,51 +156,53 @@ func TestAuthFailureThrottleAdmin(t *testing.T) {
 // bulkhead_full (here pinned to it, so 503 gateways-unavailable, with nothing stored for their
 // keys) and counted as key_concurrency.
 func TestKeyShareLeavesSlotsForOtherKeys(t *testing.T) {
-	st, m := newLimitedStack(t, config.Limits{KeyShare: 0.5})
-	st.domains.SetKeyShare(0.5)                                                   // bulkheads of 4: 2 slots a key
-	st.sims["paywell"].SetBehavior(sim.Behavior{Latency: 150 * time.Millisecond}) // well under its 300ms timeout
-	pinned := `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"gateway":"paywell"}`
+	synctest.Test(t, func(t *testing.T) {
+		st, m := newLimitedStack(t, config.Limits{KeyShare: 0.5})
+		st.domains.SetKeyShare(0.5)                                                   // bulkheads of 4: 2 slots a key
+		st.sims["paywell"].SetBehavior(sim.Behavior{Latency: 150 * time.Millisecond}) // well under its 300ms timeout
+		pinned := `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"gateway":"paywell"}`
 
-	var wg sync.WaitGroup
-	flood := make([]reply, 6)
-	for i := range flood {
-		wg.Go(func() { flood[i] = st.charge(fmt.Sprintf("flood-%d", i), pinned) })
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for st.domains.Bulkhead("paywell").InFlight() < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	var shop [2]reply
-	var wg2 sync.WaitGroup
-	for i := range shop {
-		wg2.Go(func() {
-			shop[i] = do(st.api, "POST", "/charge", pinned, "Authorization", "Bearer key-2", "Idempotency-Key", fmt.Sprintf("shop-%d", i))
-		})
-	}
-	wg2.Wait()
-	wg.Wait()
-	for i, r := range shop {
-		if r.status != 201 {
-			t.Errorf("key-2's charge %d while key-1 floods: %d %s, want 201", i+1, r.status, r.body)
+		var wg sync.WaitGroup
+		flood := make([]reply, 6)
+		for i := range flood {
+			wg.Go(func() { flood[i] = st.charge(fmt.Sprintf("flood-%d", i), pinned) })
 		}
-	}
-	ok, refused := 0, 0
-	for _, r := range flood {
-		switch {
-		case r.status == 201:
-			ok++
-		case r.status == 503 && strings.Contains(r.body, `"outcome":"bulkhead_full"`):
-			refused++
-		default:
-			t.Errorf("a flood charge: %d %s", r.status, r.body)
+		synctest.Wait() // the flood's two admitted charges wait at paywell, the four others are answered
+		if n := st.domains.Bulkhead("paywell").InFlight(); n != 2 {
+			t.Fatalf("key-1's flood holds %d of paywell's slots, want its share, 2", n)
 		}
-	}
-	if ok != 2 || refused != 4 {
-		t.Errorf("flood of 6: %d succeeded and %d refused, want 2 (its share) and 4", ok, refused)
-	}
-	if got := limitedCount(t, m, telemetry.LimitKeyConcurrency); got != 4 {
-		t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %d, want 4", got)
-	}
+		var shop [2]reply
+		var wg2 sync.WaitGroup
+		for i := range shop {
+			wg2.Go(func() {
+				shop[i] = do(st.api, "POST", "/charge", pinned, "Authorization", "Bearer key-2", "Idempotency-Key", fmt.Sprintf("shop-%d", i))
+			})
+		}
+		wg2.Wait()
+		wg.Wait()
+		for i, r := range shop {
+			if r.status != 201 {
+				t.Errorf("key-2's charge %d while key-1 floods: %d %s, want 201", i+1, r.status, r.body)
+			}
+		}
+		ok, refused := 0, 0
+		for _, r := range flood {
+			switch {
+			case r.status == 201:
+				ok++
+			case r.status == 503 && strings.Contains(r.body, `"outcome":"bulkhead_full"`):
+				refused++
+			default:
+				t.Errorf("a flood charge: %d %s", r.status, r.body)
+			}
+		}
+		if ok != 2 || refused != 4 {
+			t.Errorf("flood of 6: %d succeeded and %d refused, want 2 (its share) and 4", ok, refused)
+		}
+		if got := limitedCount(t, m, telemetry.LimitKeyConcurrency); got != 4 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %d, want 4", got)
+		}
+	})
 }
 
 // A memstore full of charges still moving money answers what a database outage does (503

@@ -14,8 +14,10 @@ import (
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/gateways/ding/dingsim"
+	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/internal/memnet"
 	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
@@ -45,6 +47,21 @@ func newStack(t testing.TB, adminToken string) *stack {
 // handlers are made.
 func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts ...func(*Deps)) *stack {
 	t.Helper()
+	return buildStack(t, adminToken, hold, nil, opts...)
+}
+
+// newBubbleStack is newStackHolding for a test inside a testing/synctest bubble: the simulators
+// are served on an in-process network, and the adapters reach them through a transport of that
+// network instead of the gateways' own pools, which dial loopback sockets (a goroutine waiting
+// on one stops the bubble's clock). Trace context is not propagated to the simulators.
+func newBubbleStack(t testing.TB, adminToken string, hold time.Duration, opts ...func(*Deps)) *stack {
+	t.Helper()
+	return buildStack(t, adminToken, hold, &memnet.Network{}, opts...)
+}
+
+// buildStack is newStackHolding, with the simulators on network when it is not nil.
+func buildStack(t testing.TB, adminToken string, hold time.Duration, network *memnet.Network, opts ...func(*Deps)) *stack {
+	t.Helper()
 	st := &stack{sims: map[string]*sim.Server{"paywell": paywellsim.New(), "ding": dingsim.New()}, log: &testlog.Buffer{}}
 	names := []string{"paywell", "ding"}
 	var settings []resilience.GatewaySettings
@@ -55,10 +72,23 @@ func newStackHolding(t testing.TB, adminToken string, hold time.Duration, opts .
 	st.domains = resilience.NewDomains(settings, metrics)
 	t.Cleanup(st.domains.Close)
 	adapters := map[string]payrouter.Gateway{}
+	var memTransport *http.Transport
+	if network != nil {
+		memTransport = network.Transport()
+		t.Cleanup(memTransport.CloseIdleConnections)
+	}
 	for _, n := range names {
-		srv := httptest.NewServer(st.sims[n])
-		t.Cleanup(func() { st.sims[n].Close(); srv.Close() })
-		gw, err := gateways.New(n, srv.URL, map[string]string{"api_key": "secret-" + n}, st.domains.Client(n))
+		var url string
+		client := st.domains.Client(n)
+		if network != nil {
+			url, client = network.Serve(t, n, st.sims[n]), gatewayhttp.NewClient(memTransport)
+			t.Cleanup(st.sims[n].Close) // before the server closes: hung calls let go
+		} else {
+			srv := httptest.NewServer(st.sims[n])
+			t.Cleanup(func() { st.sims[n].Close(); srv.Close() })
+			url = srv.URL
+		}
+		gw, err := gateways.New(n, url, map[string]string{"api_key": "secret-" + n}, client)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,19 +11,24 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/payrouter/payrouter/internal/memnet"
 	"github.com/payrouter/payrouter/internal/testpki"
 )
 
-// testServer is an http.Server on a Listener over a loopback port.
+// testServer is an http.Server on a Listener over a loopback port, or over an in-process
+// network (startBubbleServer).
 type testServer struct {
-	l     *Listener
-	srv   *http.Server
-	addr  string
-	calls atomic.Int64 // requests the handler served
+	l       *Listener
+	srv     *http.Server
+	addr    string
+	network *memnet.Network // nil: addr is a loopback port
+	calls   atomic.Int64    // requests the handler served
 }
 
 func startServer(t *testing.T, opts Options, idle time.Duration, h http.HandlerFunc) *testServer {
@@ -32,6 +37,26 @@ func startServer(t *testing.T, opts Options, idle time.Duration, h http.HandlerF
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, inner, opts, idle, h)
+}
+
+// startBubbleServer is startServer on an in-process network, for a test inside a synctest
+// bubble: its idle timeouts and the clients' deadlines run on the bubble's clock.
+func startBubbleServer(t *testing.T, opts Options, idle time.Duration, h http.HandlerFunc) *testServer {
+	t.Helper()
+	n := &memnet.Network{}
+	inner, err := n.Listen("listener:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := serveOn(t, inner, opts, idle, h)
+	ts.network = n
+	return ts
+}
+
+// serveOn serves the test's handler, or h, on a Listener over inner until the test ends.
+func serveOn(t *testing.T, inner net.Listener, opts Options, idle time.Duration, h http.HandlerFunc) *testServer {
+	t.Helper()
 	ts := &testServer{addr: inner.Addr().String()}
 	if opts.Refuse == nil {
 		opts.Refuse = func(w http.ResponseWriter, _ *http.Request) {
@@ -60,15 +85,20 @@ func startServer(t *testing.T, opts Options, idle time.Duration, h http.HandlerF
 	return ts
 }
 
-// dial opens a raw connection, over TLS when cfg is not nil.
-func dial(t *testing.T, addr string, cfg *tls.Config) net.Conn {
+// dial opens a raw connection to ts, over TLS when cfg is not nil (on loopback only).
+func (ts *testServer) dial(t *testing.T, cfg *tls.Config) net.Conn {
 	t.Helper()
 	var c net.Conn
 	var err error
-	if cfg != nil {
-		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
-	} else {
-		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+	switch {
+	case ts.network != nil && cfg != nil:
+		t.Fatal("the tests dial TLS on loopback only")
+	case ts.network != nil:
+		c, err = ts.network.DialContext(t.Context(), "tcp", ts.addr)
+	case cfg != nil:
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ts.addr, cfg)
+	default:
+		c, err = net.DialTimeout("tcp", ts.addr, 5*time.Second)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +154,7 @@ func TestRefusesContentLengthWithTransferEncoding(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					ts := startServer(t, Options{TLS: mode.server}, time.Minute, nil)
-					c := dial(t, ts.addr, mode.client)
+					c := ts.dial(t, mode.client)
 					if _, err := io.WriteString(c, tc.stream); err != nil {
 						t.Fatal(err)
 					}
@@ -156,17 +186,19 @@ func TestRefusesContentLengthWithTransferEncoding(t *testing.T) {
 
 // TestIdleConnectionsClosed: a keep-alive connection idle for the server's IdleTimeout is closed.
 func TestIdleConnectionsClosed(t *testing.T) {
-	ts := startServer(t, Options{MaxConnections: 4}, 300*time.Millisecond, nil)
-	c := dial(t, ts.addr, nil)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	start := time.Now()
-	statuses, _, eof := responses(t, c)
-	if len(statuses) != 1 || !eof {
-		t.Fatalf("statuses %v, closed %v", statuses, eof)
-	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 3*time.Second {
-		t.Errorf("closed after %v, want about the 300ms idle timeout", d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ts := startBubbleServer(t, Options{MaxConnections: 4}, 300*time.Millisecond, nil)
+		c := ts.dial(t, nil)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		start := time.Now()
+		statuses, _, eof := responses(t, c)
+		if len(statuses) != 1 || !eof {
+			t.Fatalf("statuses %v, closed %v", statuses, eof)
+		}
+		if d := time.Since(start); d != 300*time.Millisecond {
+			t.Errorf("closed after %v, want the 300ms idle timeout", d)
+		}
+	})
 }
 
 // TestConnectionCap: with every slot held by an idle keep-alive connection, a new client is
@@ -174,90 +206,97 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // request in progress, a new client waits for one to end. However many connect, the server
 // holds no more connections (nor goroutines for them) than the cap.
 func TestConnectionCap(t *testing.T) {
-	const cap = 8
-	release := make(chan struct{})
-	ts := startServer(t, Options{MaxConnections: cap}, time.Minute, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/block" {
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		const cap = 8
+		release := make(chan struct{})
+		ts := startBubbleServer(t, Options{MaxConnections: cap}, time.Minute, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/block" {
+				<-release
+			}
+			io.WriteString(w, "ok")
+		})
+		get := func(c net.Conn, path string) error {
+			if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
 		}
-		io.WriteString(w, "ok")
-	})
-	get := func(c net.Conn, path string) error {
-		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
-			return err
+		open := func(c net.Conn) bool { // still held by the server?
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			_, err := c.Read(make([]byte, 1))
+			var ne net.Error
+			return errors.As(err, &ne) && ne.Timeout()
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	}
-	open := func(c net.Conn) bool { // still held by the server?
-		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		_, err := c.Read(make([]byte, 1))
-		var ne net.Error
-		return errors.As(err, &ne) && ne.Timeout()
-	}
 
-	runtime.GC()
-	base := runtime.NumGoroutine()
-	const clients = 20 * cap
-	conns := make([]net.Conn, clients)
-	for i := range conns {
-		conns[i] = dial(t, ts.addr, nil)
-		if err := get(conns[i], "/"); err != nil {
-			t.Fatalf("client %d of %d (cap %d) not served: %v", i+1, clients, cap, err)
+		runtime.GC()
+		base := runtime.NumGoroutine()
+		const clients = 20 * cap
+		conns := make([]net.Conn, clients)
+		for i := range conns {
+			conns[i] = ts.dial(t, nil)
+			if err := get(conns[i], "/"); err != nil {
+				t.Fatalf("client %d of %d (cap %d) not served: %v", i+1, clients, cap, err)
+			}
+			time.Sleep(time.Millisecond) // the bubble's clock: each idles since a time of its own
 		}
-	}
-	if g := runtime.NumGoroutine(); g > base+2*cap+4 {
-		t.Errorf("%d goroutines after %d idle clients, %d before: more than the cap of %d connections explains", g, clients, base, cap)
-	}
-	held := 0
-	for i, c := range conns {
-		if open(c) {
-			held++
-			// The longest idle goes first; the order the server marks connections idle in may
-			// differ a little from the clients' order.
-			if i < clients-2*cap {
-				t.Errorf("client %d is still connected, though %d connected after it", i+1, clients-1-i)
+		synctest.Wait() // the closed connections' goroutines have ended
+		if g := runtime.NumGoroutine(); g > base+2*cap+4 {
+			t.Errorf("%d goroutines after %d idle clients, %d before: more than the cap of %d connections explains", g, clients, base, cap)
+		}
+		held := 0
+		for i, c := range conns {
+			if open(c) {
+				held++
+				// The longest idle goes first; the order the server marks connections idle in may
+				// differ a little from the clients' order.
+				if i < clients-2*cap {
+					t.Errorf("client %d is still connected, though %d connected after it", i+1, clients-1-i)
+				}
 			}
 		}
-	}
-	if held != cap {
-		t.Errorf("%d connections held, want the cap, %d", held, cap)
-	}
-	if n := ts.calls.Load(); n != clients {
-		t.Errorf("%d requests served, want %d", n, clients)
-	}
-
-	// Every slot busy with a request in progress: the next client waits for one to end.
-	busy := make([]net.Conn, cap)
-	for i := range busy {
-		busy[i] = dial(t, ts.addr, nil)
-		fmt.Fprintf(busy[i], "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for ts.calls.Load() < clients+cap && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	waiting := dial(t, ts.addr, nil)
-	served := make(chan error, 1)
-	go func() { served <- get(waiting, "/") }()
-	select {
-	case err := <-served:
-		t.Fatalf("a client was served beyond the cap while every connection was busy (err %v)", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatalf("the waiting client, once a slot freed: %v", err)
+		if held != cap {
+			t.Errorf("%d connections held, want the cap, %d", held, cap)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting client was not served after the busy requests ended")
-	}
+		if n := ts.calls.Load(); n != clients {
+			t.Errorf("%d requests served, want %d", n, clients)
+		}
+
+		// Every slot busy with a request in progress: the next client waits for one to end.
+		var answered sync.WaitGroup
+		for range cap {
+			c := ts.dial(t, nil)
+			// Each reads its answer: a connection of the in-process network buffers nothing,
+			// so an answer nobody reads would keep its request busy.
+			answered.Go(func() { _ = get(c, "/block") })
+		}
+		synctest.Wait() // every busy request is in the handler
+		if n := ts.calls.Load(); n != clients+cap {
+			t.Fatalf("%d requests reached the handler, want %d: every slot busy", n, clients+cap)
+		}
+		served := make(chan error, 1)
+		go func() { served <- get(ts.dial(t, nil), "/") }()
+		synctest.Wait() // the next client has gone as far as it can
+		select {
+		case err := <-served:
+			t.Fatalf("a client was served beyond the cap while every connection was busy (err %v)", err)
+		default:
+		}
+		close(release)
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Fatalf("the waiting client, once a slot freed: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiting client was not served after the busy requests ended")
+		}
+		answered.Wait()
+	})
 }
 
 // TestCertificateRotation: SetTLS serves the new certificate to new connections while an open
@@ -270,7 +309,7 @@ func TestCertificateRotation(t *testing.T) {
 	serial := func(c net.Conn) string {
 		return c.(*tls.Conn).ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
-	old := dial(t, ts.addr, client)
+	old := ts.dial(t, client)
 	io.WriteString(old, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
 	br := bufio.NewReader(old)
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
@@ -287,7 +326,7 @@ func TestCertificateRotation(t *testing.T) {
 	if err := ts.l.SetTLS(&tls.Config{Certificates: []tls.Certificate{second}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := serial(dial(t, ts.addr, client)); got != second.Leaf.SerialNumber.String() {
+	if got := serial(ts.dial(t, client)); got != second.Leaf.SerialNumber.String() {
 		t.Errorf("a new connection got serial %s, want the new %s", got, second.Leaf.SerialNumber)
 	}
 	io.WriteString(old, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -345,7 +384,7 @@ func TestClientCertificateRequired(t *testing.T) {
 func TestPlainHTTPToTLS(t *testing.T) {
 	ca := testpki.NewCA(t, "plain")
 	ts := startServer(t, Options{TLS: &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "srv", "127.0.0.1").TLS(t)}}}, time.Minute, nil)
-	c := dial(t, ts.addr, nil)
+	c := ts.dial(t, nil)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	b, _ := io.ReadAll(c)
 	if !strings.HasPrefix(string(b), "HTTP/1.0 400 Bad Request") || !strings.Contains(string(b), "HTTPS server") {

@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -77,27 +78,30 @@ func TestLookUpShowsTrueState(t *testing.T) {
 // (it stalled past its hold) cannot store the charge before its gateway call, so it calls no
 // gateway: the later request is the charge's only writer.
 func TestStalledHolderSendsNothing(t *testing.T) {
-	f := newFixture(t)
-	ctx := t.Context()
-	_, stale, err := f.store.Claim(ctx, "scope:key-1", "fp", 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if _, _, err := f.store.Claim(ctx, "scope:key-1", "fp", time.Minute); err != nil {
-		t.Fatalf("the later claim: %v", err)
-	}
-	c := newCharge()
-	c.Hold = stale
-	_, err = charge(ctx, f.router, c)
-	if !errors.Is(err, payrouter.ErrHoldLost) {
-		t.Fatalf("charge by the stalled holder: %v; want ErrHoldLost", err)
-	}
-	for name, gw := range f.gw {
-		if len(gw.calls) != 0 {
-			t.Errorf("%s was called %v by a holder that lost its key", name, gw.calls)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		ctx := t.Context()
+		const hold = 10 * time.Millisecond
+		_, stale, err := f.store.Claim(ctx, "scope:key-1", "fp", hold)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		time.Sleep(2 * hold) // the holder stalls past its hold
+		if _, _, err := f.store.Claim(ctx, "scope:key-1", "fp", time.Minute); err != nil {
+			t.Fatalf("the later claim: %v", err)
+		}
+		c := newCharge()
+		c.Hold = stale
+		_, err = charge(ctx, f.router, c)
+		if !errors.Is(err, payrouter.ErrHoldLost) {
+			t.Fatalf("charge by the stalled holder: %v; want ErrHoldLost", err)
+		}
+		for name, gw := range f.gw {
+			if len(gw.calls) != 0 {
+				t.Errorf("%s was called %v by a holder that lost its key", name, gw.calls)
+			}
+		}
+	})
 }
 
 // TestFastFail: with every candidate's breaker open, FastFail answers as Charge would (every

@@ -47,20 +47,20 @@ func start(t *testing.T, extra ...string) (urls map[string]string, stop func() e
 	out := &lines{}
 	done := make(chan error, 1)
 	args := append([]string{"-paywell", "127.0.0.1:0", "-ding", "127.0.0.1:0", "-tranglo", "127.0.0.1:0"}, extra...)
+	// The wait for the listeners ends early if run returns.
+	waitCtx, endWait := context.WithTimeout(ctx, 10*time.Second)
+	defer endWait()
 	go func() {
 		done <- run(ctx, args, out, io.Discard)
+		endWait()
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(out.urls(t)) < 3 {
+	if !out.Await(waitCtx, func(text string) bool { return strings.Count(text, `"msg":"listening"`) >= 3 }) {
 		select {
 		case err := <-done:
 			t.Fatalf("run returned during start-up: %v\n%s", err, out)
 		default:
-		}
-		if time.Now().After(deadline) {
 			t.Fatalf("three listeners not logged within 10s:\n%s", out)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	var once sync.Once
 	var err error

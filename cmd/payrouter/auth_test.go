@@ -169,15 +169,23 @@ func servePath(t *testing.T, path string) (storefront, admin string, logs *testl
 			t.Errorf("serve: %v", err)
 		}
 	})
-	addrs := regexp.MustCompile(`"listen":"([^"]+)","admin_listen":"([^"]+)"`)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m := addrs.FindStringSubmatch(logs.String()); m != nil {
-			return "http://" + m[1], "http://" + m[2], logs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("payrouter did not log its listeners:\n%s", logs.String())
-		}
+	storefront, admin = listeners(t, logs)
+	return storefront, admin, logs
+}
+
+// listenAddrs finds the listeners in serve's log line that names them.
+var listenAddrs = regexp.MustCompile(`"listen":"([^"]+)","admin_listen":"([^"]+)"`)
+
+// listeners waits for serve to log its listeners and returns their base URLs.
+func listeners(t *testing.T, logs *testlog.Buffer) (storefront, admin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var m []string
+	if !logs.Await(ctx, func(text string) bool { m = listenAddrs.FindStringSubmatch(text); return m != nil }) {
+		t.Fatalf("payrouter did not log its listeners within 10s:\n%s", logs.String())
 	}
+	return "http://" + m[1], "http://" + m[2]
 }
 
 func call(t *testing.T, method, url, token, body string) int {

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -125,18 +124,7 @@ func TestServeChargesAndDrains(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve", "-config", path}, os.Getenv, io.Discard, &logs) }()
 
-	addrs := regexp.MustCompile(`"listen":"([^"]+)","admin_listen":"([^"]+)"`)
-	var storefront, admin string
-	deadline := time.Now().Add(10 * time.Second)
-	for storefront == "" {
-		if m := addrs.FindStringSubmatch(logs.String()); m != nil {
-			storefront, admin = "http://"+m[1], "http://"+m[2]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("payrouter did not log its listeners:\n%s", logs.String())
-		} else {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	storefront, admin := listeners(t, &logs)
 
 	charge := func(amount int) (*http.Response, []byte) {
 		body := fmt.Sprintf(`{"amount":%d,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`, amount)

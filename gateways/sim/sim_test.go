@@ -12,9 +12,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/internal/memnet"
 )
 
 func TestParseBehavior(t *testing.T) {
@@ -90,6 +92,15 @@ func fake(t *testing.T) (*sim.Server, string) {
 // fakeWith is fake with draws for the heavy tail (sim.Config.Rand); nil draws at random.
 func fakeWith(t *testing.T, draw func() float64) (*sim.Server, string) {
 	t.Helper()
+	s := newFake(draw)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(s.Close)
+	return s, ts.URL
+}
+
+// newFake is the fake every test serves: a charge and a refund on the package's ledger.
+func newFake(draw func() float64) *sim.Server {
 	s := sim.New(sim.Config{Name: "test", TxPrefix: "tx_", OpPrefix: "op_", Rand: draw, Unavailable: func(w http.ResponseWriter, _ *http.Request) {
 		sim.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "try later"})
 	}})
@@ -109,10 +120,7 @@ func fakeWith(t *testing.T, draw func() float64) (*sim.Server, string) {
 		}
 		sim.WriteJSON(w, http.StatusOK, res.Tx)
 	})
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
-	t.Cleanup(s.Close)
-	return s, ts.URL
+	return s
 }
 
 type answer struct {
@@ -123,12 +131,16 @@ type answer struct {
 }
 
 func call(ctx context.Context, method, url, body string) answer {
+	return callOver(ctx, &http.Transport{}, method, url, body)
+}
+
+// callOver is call through tr, whose idle connections it closes.
+func callOver(ctx context.Context, tr *http.Transport, method, url, body string) answer {
+	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		return answer{err: err}
 	}
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return answer{err: err}
@@ -144,16 +156,28 @@ func within(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls until cond holds: a wait for a state, never a fixed sleep.
-func eventually(t *testing.T, what string, cond func() bool) {
+// bubbled is a fake served on an in-process network, for a test inside a synctest bubble: its
+// latencies, hangs and the clients' deadlines all run on the bubble's clock, and
+// synctest.Wait returns once every call has got as far as it can.
+type bubbled struct {
+	*sim.Server
+	net *memnet.Network
+	url string
+}
+
+// fakeInBubble is fakeWith on an in-process network; it must be called inside the bubble.
+func fakeInBubble(t *testing.T, draw func() float64) *bubbled {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	f := &bubbled{net: &memnet.Network{}}
+	f.Server = newFake(draw)
+	f.url = f.net.Serve(t, "sim", f.Server)
+	t.Cleanup(f.Close) // before the server closes: hung calls let go
+	return f
+}
+
+// call is the package's call, to path on f.
+func (f *bubbled) call(ctx context.Context, method, path, body string) answer {
+	return callOver(ctx, f.net.Transport(), method, f.url+path, body)
 }
 
 func TestControlAPI(t *testing.T) {
@@ -249,7 +273,15 @@ func TestModes(t *testing.T) {
 			t.Parallel()
 			s, url := fake(t)
 			s.SetBehavior(sim.Behavior{Mode: c.mode})
-			a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=r1", "amount=1")
+			// A call that is answered gets all the time a busy machine may need; one that is
+			// not is given up after 300ms.
+			deadline := func(answered bool) time.Duration {
+				if answered {
+					return 10 * time.Second
+				}
+				return 300 * time.Millisecond
+			}
+			a := call(within(t, deadline(c.status != 0)), "POST", url+"/pay?ref=r1", "amount=1")
 			if a.status != c.status || (c.status == 0) != (a.err != nil) {
 				t.Errorf("API call: %+v, want status %d", a, c.status)
 			}
@@ -259,7 +291,7 @@ func TestModes(t *testing.T) {
 			if c.mode == sim.ModeProcessThen503 && (a.contentType != "text/plain" || a.body != sim.EnvoyResetBody) {
 				t.Errorf("process_then_503: %+v; want text/plain %q", a, sim.EnvoyResetBody)
 			}
-			h := call(within(t, 300*time.Millisecond), "GET", url+"/health", "")
+			h := call(within(t, deadline(c.healthCode != 0)), "GET", url+"/health", "")
 			if h.status != c.healthCode {
 				t.Errorf("GET /health: %+v, want %d", h, c.healthCode)
 			}
@@ -276,42 +308,47 @@ func TestModes(t *testing.T) {
 // TestProcessThenHang: the call is processed as in normal mode (a charge recorded, a refund
 // applied) and then never answered; the fake lets go once the client has.
 func TestProcessThenHang(t *testing.T) {
-	s, url := fake(t)
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
-		t.Fatalf("a charge in normal mode: %+v", a)
-	}
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThenHang})
-	for _, c := range []struct{ what, path string }{
-		{"a charge", "/pay?ref=r2&token=tok_visa"},
-		{"a declined charge", "/pay?ref=r3&token=tok_decline"},
-		{"a refund", "/refund?ref=r1&op=op1"},
-	} {
-		if a := call(within(t, 200*time.Millisecond), "POST", url+c.path, ""); !errors.Is(a.err, context.DeadlineExceeded) {
-			t.Errorf("%s in process_then_hang: %+v, want no answer before the deadline", c.what, a)
+	synctest.Test(t, func(t *testing.T) {
+		f := fakeInBubble(t, nil)
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
+			t.Fatalf("a charge in normal mode: %+v", a)
 		}
-	}
-	want := []sim.Tx{
-		{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
-		{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
-	}
-	got := s.Ledger().Transactions()
-	if len(got) != len(want) {
-		t.Fatalf("ledger after a charge, a decline and a refund that were never answered: %+v, want %+v", got, want)
-	}
-	for i := range want {
-		got[i].Fingerprint, got[i].DeclineCode = "", ""
-		if got[i] != want[i] {
-			t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThenHang})
+		for _, c := range []struct{ what, path string }{
+			{"a charge", "/pay?ref=r2&token=tok_visa"},
+			{"a declined charge", "/pay?ref=r3&token=tok_decline"},
+			{"a refund", "/refund?ref=r1&op=op1"},
+		} {
+			if a := f.call(within(t, 200*time.Millisecond), "POST", c.path, ""); !errors.Is(a.err, context.DeadlineExceeded) {
+				t.Errorf("%s in process_then_hang: %+v, want no answer before the deadline", c.what, a)
+			}
 		}
-	}
-	if tx, ok := s.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
-		t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
-	}
-	eventually(t, "the fake stops waiting for the clients that left", func() bool { return s.Stats().InFlight == 0 })
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r2&token=tok_visa", ""); a.status != 200 || !strings.Contains(a.body, `"status":"captured"`) {
-		t.Errorf("the unanswered charge sent again once normal: %+v, want its captured transaction", a)
-	}
+		want := []sim.Tx{
+			{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
+			{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
+		}
+		got := f.Ledger().Transactions()
+		if len(got) != len(want) {
+			t.Fatalf("ledger after a charge, a decline and a refund that were never answered: %+v, want %+v", got, want)
+		}
+		for i := range want {
+			got[i].Fingerprint, got[i].DeclineCode = "", ""
+			if got[i] != want[i] {
+				t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		if tx, ok := f.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
+			t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
+		}
+		synctest.Wait() // the clients gave up at their deadlines
+		if n := f.Stats().InFlight; n != 0 {
+			t.Errorf("%d calls in flight after their clients left, want the fake to stop waiting for them", n)
+		}
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal})
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=r2&token=tok_visa", ""); a.status != 200 || !strings.Contains(a.body, `"status":"captured"`) {
+			t.Errorf("the unanswered charge sent again once normal: %+v, want its captured transaction", a)
+		}
+	})
 }
 
 // TestProcessThen503: the call is processed as in normal mode (a charge recorded, a refund
@@ -319,166 +356,193 @@ func TestProcessThenHang(t *testing.T) {
 // gateway dropped: 503, text/plain, Envoy's words, not the gateway's own answer. With a latency,
 // it is recorded on arrival and answered after it.
 func TestProcessThen503(t *testing.T) {
-	s, url := fake(t)
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
-		t.Fatalf("a charge in normal mode: %+v", a)
-	}
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503})
-	for _, c := range []struct{ what, path string }{
-		{"a charge", "/pay?ref=r2&token=tok_visa"},
-		{"a declined charge", "/pay?ref=r3&token=tok_decline"},
-		{"a refund", "/refund?ref=r1&op=op1"},
-		{"a refund that the gateway refuses", "/refund?ref=nowhere&op=op2"},
-	} {
-		a := call(within(t, 10*time.Second), "POST", url+c.path, "")
-		if a.err != nil || a.status != http.StatusServiceUnavailable || a.contentType != "text/plain" || a.body != sim.EnvoyResetBody {
-			t.Errorf("%s in process_then_503: %+v, want 503 text/plain %q", c.what, a, sim.EnvoyResetBody)
+	synctest.Test(t, func(t *testing.T) {
+		f := fakeInBubble(t, nil)
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=r1&token=tok_visa", ""); a.status != 200 {
+			t.Fatalf("a charge in normal mode: %+v", a)
 		}
-	}
-	want := []sim.Tx{
-		{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
-		{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
-	}
-	got := s.Ledger().Transactions()
-	if len(got) != len(want) {
-		t.Fatalf("ledger after a charge, a decline and a refund answered 503: %+v, want %+v", got, want)
-	}
-	for i := range want {
-		got[i].Fingerprint, got[i].DeclineCode = "", ""
-		if got[i] != want[i] {
-			t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503})
+		for _, c := range []struct{ what, path string }{
+			{"a charge", "/pay?ref=r2&token=tok_visa"},
+			{"a declined charge", "/pay?ref=r3&token=tok_decline"},
+			{"a refund", "/refund?ref=r1&op=op1"},
+			{"a refund that the gateway refuses", "/refund?ref=nowhere&op=op2"},
+		} {
+			a := f.call(within(t, 10*time.Second), "POST", c.path, "")
+			if a.err != nil || a.status != http.StatusServiceUnavailable || a.contentType != "text/plain" || a.body != sim.EnvoyResetBody {
+				t.Errorf("%s in process_then_503: %+v, want 503 text/plain %q", c.what, a, sim.EnvoyResetBody)
+			}
 		}
-	}
-	if tx, ok := s.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
-		t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
-	}
-	if got := s.Stats(); got.Requests != 5 || got.InFlight != 0 {
-		t.Errorf("stats %+v: want 5 requests, none in flight", got)
-	}
+		want := []sim.Tx{
+			{Reference: "r1", ID: "tx_000001", Amount: 100, Currency: "USD", Status: sim.StatusPartiallyRefunded, Refunded: 40},
+			{Reference: "r2", ID: "tx_000002", Amount: 100, Currency: "USD", Status: sim.StatusCaptured},
+		}
+		got := f.Ledger().Transactions()
+		if len(got) != len(want) {
+			t.Fatalf("ledger after a charge, a decline and a refund answered 503: %+v, want %+v", got, want)
+		}
+		for i := range want {
+			got[i].Fingerprint, got[i].DeclineCode = "", ""
+			if got[i] != want[i] {
+				t.Errorf("ledger[%d] = %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		if tx, ok := f.Ledger().Lookup("r3"); !ok || tx.Status != sim.StatusDeclined {
+			t.Errorf("the declined charge: %+v, %v; want it recorded as declined", tx, ok)
+		}
+		if got := f.Stats(); got.Requests != 5 || got.InFlight != 0 {
+			t.Errorf("stats %+v: want 5 requests, none in flight", got)
+		}
 
-	const latency = 100 * time.Millisecond
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503, Latency: latency})
-	done := make(chan answer, 1)
-	began := time.Now()
-	go func() { done <- call(within(t, 10*time.Second), "POST", url+"/pay?ref=r4&token=tok_visa", "") }()
-	eventually(t, "the slow charge is recorded on arrival", func() bool { _, ok := s.Ledger().Lookup("r4"); return ok })
-	a := <-done
-	if took := time.Since(began); a.status != http.StatusServiceUnavailable || took < latency {
-		t.Errorf("a slow call in process_then_503: %+v after %v; want 503 after at least %v", a, took, latency)
-	}
+		const latency = 100 * time.Millisecond
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeProcessThen503, Latency: latency})
+		done := make(chan answer, 1)
+		began := time.Now()
+		go func() { done <- f.call(within(t, 10*time.Second), "POST", "/pay?ref=r4&token=tok_visa", "") }()
+		synctest.Wait() // the call waits out the latency
+		if _, ok := f.Ledger().Lookup("r4"); !ok {
+			t.Errorf("the slow charge, before its answer: not in the ledger; want it recorded on arrival")
+		}
+		a := <-done
+		if took := time.Since(began); a.status != http.StatusServiceUnavailable || took != latency {
+			t.Errorf("a slow call in process_then_503: %+v after %v; want 503 after %v", a, took, latency)
+		}
+	})
 }
 
 // TestSlowTail: a call whose draw falls within slow_share is delayed by slow_latency on top of
 // the latency, and recorded on arrival; the others only by the latency. The draws are the
 // test's, alternately inside and outside the share.
 func TestSlowTail(t *testing.T) {
-	var n atomic.Int64
-	draws := []float64{0.1, 0.9} // slow_share 0.5: slow, then not
-	s, url := fakeWith(t, func() float64 { return draws[(n.Add(1)-1)%2] })
-	const latency, slow = 20 * time.Millisecond, time.Minute
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: latency, SlowShare: 0.5, SlowLatency: slow})
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		draws := []float64{0.1, 0.9} // slow_share 0.5: slow, then not
+		f := fakeInBubble(t, func() float64 { return draws[(n.Add(1)-1)%2] })
+		const latency, slow = 20 * time.Millisecond, time.Minute
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: latency, SlowShare: 0.5, SlowLatency: slow})
 
-	if a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=tail", ""); !errors.Is(a.err, context.DeadlineExceeded) {
-		t.Fatalf("a call drawn into the tail (%v more) with a 300ms deadline: %+v, want no answer in time", slow, a)
-	}
-	if tx, ok := s.Ledger().Lookup("tail"); !ok || tx.Status != sim.StatusCaptured {
-		t.Errorf("the slow call: %+v, %v; want it recorded on arrival", tx, ok)
-	}
-	began := time.Now()
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=fast", ""); a.status != 200 {
-		t.Fatalf("a call outside the tail: %+v", a)
-	}
-	if took := time.Since(began); took < latency || took >= slow {
-		t.Errorf("a call outside the tail answered in %v, want the latency %v alone", took, latency)
-	}
+		if a := f.call(within(t, 300*time.Millisecond), "POST", "/pay?ref=tail", ""); !errors.Is(a.err, context.DeadlineExceeded) {
+			t.Fatalf("a call drawn into the tail (%v more) with a 300ms deadline: %+v, want no answer in time", slow, a)
+		}
+		if tx, ok := f.Ledger().Lookup("tail"); !ok || tx.Status != sim.StatusCaptured {
+			t.Errorf("the slow call: %+v, %v; want it recorded on arrival", tx, ok)
+		}
+		began := time.Now()
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=fast", ""); a.status != 200 {
+			t.Fatalf("a call outside the tail: %+v", a)
+		}
+		if took := time.Since(began); took != latency {
+			t.Errorf("a call outside the tail answered in %v, want the latency %v alone", took, latency)
+		}
 
-	// The tail is a share of calls: none at 0, all at 1; health is never in it.
-	for _, share := range []float64{0, 1} {
-		s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, SlowShare: share, SlowLatency: slow})
-		a := call(within(t, 300*time.Millisecond), "POST", url+"/pay?ref=share", "")
-		if answered := a.err == nil; answered != (share == 0) {
-			t.Errorf("slow_share %v: %+v, want answered=%v", share, a, share == 0)
+		// The tail is a share of calls: none at 0, all at 1; health is never in it.
+		for _, share := range []float64{0, 1} {
+			f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, SlowShare: share, SlowLatency: slow})
+			a := f.call(within(t, 300*time.Millisecond), "POST", "/pay?ref=share", "")
+			if answered := a.err == nil; answered != (share == 0) {
+				t.Errorf("slow_share %v: %+v, want answered=%v", share, a, share == 0)
+			}
+			if h := f.call(within(t, 300*time.Millisecond), "GET", "/health", ""); h.status != 200 {
+				t.Errorf("GET /health with slow_share %v: %+v, want 200 at once", share, h)
+			}
 		}
-		if h := call(within(t, 300*time.Millisecond), "GET", url+"/health", ""); h.status != 200 {
-			t.Errorf("GET /health with slow_share %v: %+v, want 200 at once", share, h)
-		}
-	}
+	})
 }
 
 // TestLatencyRecordsOnArrival: the transaction is recorded when the request arrives; giving up
 // early does not undo it, and the fake stops waiting for a client that has gone.
 func TestLatencyRecordsOnArrival(t *testing.T) {
-	s, url := fake(t)
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Minute})
-	a := call(within(t, 100*time.Millisecond), "POST", url+"/pay?ref=slow", "")
-	if !errors.Is(a.err, context.DeadlineExceeded) {
-		t.Fatalf("a call with a minute of latency and a 100ms deadline: %+v", a)
-	}
-	eventually(t, "the slow charge is recorded", func() bool { return len(s.Ledger().Transactions()) == 1 })
-	eventually(t, "the fake stops waiting for the client that left", func() bool { return s.Stats().InFlight == 0 })
+	synctest.Test(t, func(t *testing.T) {
+		f := fakeInBubble(t, nil)
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Minute})
+		a := f.call(within(t, 100*time.Millisecond), "POST", "/pay?ref=slow", "")
+		if !errors.Is(a.err, context.DeadlineExceeded) {
+			t.Fatalf("a call with a minute of latency and a 100ms deadline: %+v", a)
+		}
+		synctest.Wait() // the fake has seen the client go
+		if n := len(f.Ledger().Transactions()); n != 1 {
+			t.Errorf("the ledger holds %d transactions after a call given up during its latency, want it recorded", n)
+		}
+		if n := f.Stats().InFlight; n != 0 {
+			t.Errorf("%d calls in flight after the client left, want the fake to stop waiting for it", n)
+		}
+	})
 }
 
 func TestLatencyDelaysTheAnswer(t *testing.T) {
-	s, url := fake(t)
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: 30 * time.Millisecond})
-	began := time.Now()
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=r", ""); a.status != 200 {
-		t.Fatalf("%+v", a)
-	}
-	if took := time.Since(began); took < 30*time.Millisecond {
-		t.Errorf("answered after %v with 30ms latency", took)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := fakeInBubble(t, nil)
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: 30 * time.Millisecond})
+		began := time.Now()
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=r", ""); a.status != 200 {
+			t.Fatalf("%+v", a)
+		}
+		if took := time.Since(began); took != 30*time.Millisecond {
+			t.Errorf("answered after %v with 30ms latency", took)
+		}
+	})
 }
 
 // TestCloseReleases: Close lets go of hung calls (no answer) and of delayed answers (sent at
 // once), so a server can shut down.
 func TestCloseReleases(t *testing.T) {
-	s, url := fake(t)
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
-	hung := make(chan answer, 1)
-	go func() { hung <- call(t.Context(), "POST", url+"/pay?ref=h", "") }()
-	eventually(t, "the call is in flight", func() bool { return s.Stats().InFlight == 1 })
+	synctest.Test(t, func(t *testing.T) {
+		f := fakeInBubble(t, nil)
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+		hung := make(chan answer, 1)
+		go func() { hung <- f.call(t.Context(), "POST", "/pay?ref=h", "") }()
+		synctest.Wait()
+		if n := f.Stats().InFlight; n != 1 {
+			t.Fatalf("%d calls in flight, want the hung one", n)
+		}
 
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Hour})
-	delayed := make(chan answer, 1)
-	go func() { delayed <- call(t.Context(), "POST", url+"/pay?ref=d", "") }()
-	eventually(t, "both calls are in flight", func() bool { return s.Stats().InFlight == 2 })
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeNormal, Latency: time.Hour})
+		delayed := make(chan answer, 1)
+		go func() { delayed <- f.call(t.Context(), "POST", "/pay?ref=d", "") }()
+		synctest.Wait()
+		if n := f.Stats().InFlight; n != 2 {
+			t.Fatalf("%d calls in flight, want the hung one and the delayed one", n)
+		}
 
-	s.Close()
-	if a := <-hung; a.err == nil {
-		t.Errorf("hung call after Close: %+v, want no answer", a)
-	}
-	if a := <-delayed; a.status != 200 {
-		t.Errorf("delayed call after Close: %+v, want its answer at once", a)
-	}
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
-	if a := call(within(t, 10*time.Second), "POST", url+"/pay?ref=later", ""); a.err == nil || errors.Is(a.err, context.DeadlineExceeded) {
-		t.Errorf("a call that hangs after Close: %+v, want it dropped at once", a)
-	}
+		f.Close()
+		if a := <-hung; a.err == nil {
+			t.Errorf("hung call after Close: %+v, want no answer", a)
+		}
+		if a := <-delayed; a.status != 200 {
+			t.Errorf("delayed call after Close: %+v, want its answer at once", a)
+		}
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+		if a := f.call(within(t, 10*time.Second), "POST", "/pay?ref=later", ""); a.err == nil || errors.Is(a.err, context.DeadlineExceeded) {
+			t.Errorf("a call that hangs after Close: %+v, want it dropped at once", a)
+		}
+	})
 }
 
 // TestMaxInFlight: the counters see calls that are in flight together, and a reset while they
 // are in flight starts from zero without going negative when they end.
 func TestMaxInFlight(t *testing.T) {
-	s := sim.New(sim.Config{Name: "test"})
-	s.Handle("POST /pay", func(w http.ResponseWriter, _ *http.Request) {})
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
-	url := ts.URL
-	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for i := range 5 {
-		wg.Go(func() { call(ctx, "POST", fmt.Sprintf("%s/pay?ref=r%d", url, i), "") })
-	}
-	eventually(t, "5 calls in flight", func() bool { return s.Stats() == sim.Stats{Requests: 5, InFlight: 5, MaxInFlight: 5} })
-	s.Reset()
-	cancel()
-	wg.Wait()
-	ts.Close() // returns once every handler has returned
-	if st := s.Stats(); st != (sim.Stats{}) {
-		t.Fatalf("stats after a reset while 5 calls hung, then their end: %+v, want zeros", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := &bubbled{Server: sim.New(sim.Config{Name: "test"}), net: &memnet.Network{}}
+		f.Handle("POST /pay", func(w http.ResponseWriter, _ *http.Request) {})
+		f.url = f.net.Serve(t, "sim", f.Server)
+		f.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Go(func() { f.call(ctx, "POST", fmt.Sprintf("/pay?ref=r%d", i), "") })
+		}
+		synctest.Wait()
+		if st := f.Stats(); st != (sim.Stats{Requests: 5, InFlight: 5, MaxInFlight: 5}) {
+			t.Fatalf("stats with 5 calls hung: %+v, want 5 requests, all in flight", st)
+		}
+		f.Reset()
+		cancel()
+		wg.Wait()
+		synctest.Wait() // every handler has returned
+		if st := f.Stats(); st != (sim.Stats{}) {
+			t.Fatalf("stats after a reset while 5 calls hung, then their end: %+v, want zeros", st)
+		}
+	})
 }
 
 func TestDeclines(t *testing.T) {

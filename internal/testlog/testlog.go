@@ -4,6 +4,7 @@ package testlog
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -14,12 +15,40 @@ import (
 type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// wrote, when a reader waits (Await), is closed by the next write.
+	wrote chan struct{}
 }
 
 func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.wrote != nil {
+		close(b.wrote)
+		b.wrote = nil
+	}
 	return b.buf.Write(p)
+}
+
+// Await waits until cond holds of everything written so far, checking it after each write
+// rather than on a timer; it reports false if ctx ends first.
+func (b *Buffer) Await(ctx context.Context, cond func(text string) bool) bool {
+	for {
+		b.mu.Lock()
+		text := b.buf.String()
+		if b.wrote == nil {
+			b.wrote = make(chan struct{})
+		}
+		wrote := b.wrote
+		b.mu.Unlock()
+		if cond(text) {
+			return true
+		}
+		select {
+		case <-wrote:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // String is everything written so far.
