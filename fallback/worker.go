@@ -19,17 +19,23 @@ const (
 	DefaultBatch    = 16
 )
 
+// Handler does one task: nil when it is done, ErrLater (wrapped or not) when it cannot be done
+// now, another error when it failed (logged, and left for later too).
+type Handler func(ctx context.Context, t payrouter.Task) error
+
 // Worker drains a payrouter.Queue: every Interval it takes up to Batch tasks and hands each to
-// Handle. A task Handle is done with (nil) is acknowledged; any other answer leaves it in the
+// the Handler of its kind, once its NotBefore has come. A task its handler is done with (nil) is
+// acknowledged; any other answer leaves it in the
 // queue, to be handed out again once it has been idle for Idle, to this worker or to another
 // instance's. Store errors are logged and never stop it: the queue is worked again next round.
 type Worker struct {
 	Queue payrouter.Queue
 	// Consumer names this worker among the queue's consumers (the instance's name).
 	Consumer string
-	// Handle does one task: nil when it is done, ErrLater (wrapped or not) when it cannot be done
-	// now, another error when it failed (logged, and left for later too).
-	Handle func(ctx context.Context, t payrouter.Task) error
+	// Handlers do the tasks, one per kind (Handler): a kind that calls no gateway is handled
+	// like any other. A task of a kind with no handler is left in the queue and logged, never
+	// acknowledged undone: an instance of a later version, which knows it, does it.
+	Handlers map[payrouter.TaskKind]Handler
 	// Interval is how often the worker takes tasks; 0: DefaultInterval.
 	Interval time.Duration
 	// Idle is how long a task taken and not acknowledged waits before it is handed out again; it
@@ -92,7 +98,7 @@ func (w *Worker) Wake() {
 	}
 }
 
-// Run works the queue until ctx ends. A Handle under way when ctx ends is cancelled with it: its
+// Run works the queue until ctx ends. A handler under way when ctx ends is cancelled with it: its
 // task is not acknowledged, and is handed out again later.
 func (w *Worker) Run(ctx context.Context) {
 	interval, _, _, _, _ := w.settings()
@@ -168,7 +174,7 @@ func (w *Worker) round(ctx context.Context, failing bool) (stillFailing bool) {
 	return stillFailing
 }
 
-// handle runs Handle on one task within timeout; a panic is the task's failure, not the worker's.
+// handle runs its kind's handler on one task within timeout; a panic is the task's failure, not the worker's.
 func (w *Worker) handle(ctx context.Context, t payrouter.Task, timeout time.Duration) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -177,5 +183,16 @@ func (w *Worker) handle(ctx context.Context, t payrouter.Task, timeout time.Dura
 			err = fmt.Errorf("task handler panicked: %v", p)
 		}
 	}()
-	return w.Handle(ctx, t)
+	h := w.Handlers[t.Kind]
+	if h == nil {
+		return fmt.Errorf("%w: no handler for task kind %q in this version", ErrUnknownKind, t.Kind)
+	}
+	if time.Now().Before(t.NotBefore) {
+		return ErrLater
+	}
+	return h(ctx, t)
 }
+
+// ErrUnknownKind is the failure of a task whose kind this worker has no handler for: it is
+// left in the queue, and logged.
+var ErrUnknownKind = errors.New("unknown task kind")

@@ -54,6 +54,11 @@ func enqueue(t *testing.T, q payrouter.Queue, charges ...string) {
 	}
 }
 
+// refunds is the handlers of a worker that does refund tasks with h.
+func refunds(h fallback.Handler) map[payrouter.TaskKind]fallback.Handler {
+	return map[payrouter.TaskKind]fallback.Handler{payrouter.TaskRefund: h}
+}
+
 // running starts w in the bubble and returns its stop, which waits for Run to return.
 func running(w *fallback.Worker) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,7 +84,7 @@ func TestWorkerAcksDoneTasksAndLeavesTheRest(t *testing.T) {
 		}}
 		var mu sync.Mutex
 		var depths []int64
-		w := &fallback.Worker{Queue: store, Consumer: "a", Handle: h.handle, Depth: func(n int64) {
+		w := &fallback.Worker{Queue: store, Consumer: "a", Handlers: refunds(h.handle), Depth: func(n int64) {
 			mu.Lock()
 			defer mu.Unlock()
 			depths = append(depths, n)
@@ -121,7 +126,7 @@ func TestWorkerWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()
 		h := &handler{}
-		w := &fallback.Worker{Queue: store, Consumer: "a", Handle: h.handle, Interval: time.Hour}
+		w := &fallback.Worker{Queue: store, Consumer: "a", Handlers: refunds(h.handle), Interval: time.Hour}
 		w.Wake() // before Run: kept, harmless
 		stop := running(w)
 		defer stop()
@@ -186,7 +191,7 @@ func TestWorkerSurvivesAStoreOutage(t *testing.T) {
 		q := &flakyQueue{Store: memstore.New(), down: true}
 		logs := &logLines{n: map[string]int{}}
 		h := &handler{}
-		w := &fallback.Worker{Queue: q, Consumer: "a", Handle: h.handle, Log: slog.New(logs)}
+		w := &fallback.Worker{Queue: q, Consumer: "a", Handlers: refunds(h.handle), Log: slog.New(logs)}
 		enqueue(t, q, "waiting")
 		stop := running(w)
 		defer stop()
@@ -219,7 +224,7 @@ func TestWorkerCutsARoundBeforeTasksGoIdle(t *testing.T) {
 			<-ctx.Done() // a gateway that never answers: the handler's deadline ends it
 			return fallback.ErrLater
 		}
-		w := &fallback.Worker{Queue: store, Consumer: "a", Handle: slow, Idle: 10 * time.Second, Timeout: 4 * time.Second}
+		w := &fallback.Worker{Queue: store, Consumer: "a", Handlers: refunds(slow), Idle: 10 * time.Second, Timeout: 4 * time.Second}
 		enqueue(t, store, "one", "two", "three")
 		stop := running(w)
 		defer stop()
@@ -239,17 +244,68 @@ func TestWorkerStopsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New()
 		started := make(chan struct{})
-		w := &fallback.Worker{Queue: store, Consumer: "a", Handle: func(ctx context.Context, _ payrouter.Task) error {
+		w := &fallback.Worker{Queue: store, Consumer: "a", Handlers: refunds(func(ctx context.Context, _ payrouter.Task) error {
 			close(started)
 			<-ctx.Done()
 			return ctx.Err()
-		}}
+		})}
 		enqueue(t, store, "long")
 		stop := running(w)
 		<-started
 		stop() // returns only once Run has: the handler's context ended with Run's
 		if n, _ := store.QueueDepth(t.Context()); n != 1 {
 			t.Errorf("depth %d, want the interrupted task kept", n)
+		}
+	})
+}
+
+// The worker runs a task of any kind by the handler of its kind, a kind that calls no gateway
+// included, not before its NotBefore; a kind it has no handler for stays queued, logged.
+func TestWorkerRunsEveryKindByItsHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New()
+		const notify payrouter.TaskKind = "notify" // calls no gateway
+		var mu sync.Mutex
+		var seen []string
+		record := func(_ context.Context, task payrouter.Task) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, string(task.Kind)+":"+task.ChargeID)
+			return nil
+		}
+		logs := &logLines{n: map[string]int{}}
+		w := &fallback.Worker{Queue: store, Consumer: "a", Log: slog.New(logs),
+			Handlers: map[payrouter.TaskKind]fallback.Handler{payrouter.TaskRefund: record, notify: record}}
+		for _, task := range []payrouter.Task{
+			{Kind: notify, ChargeID: "ch_1"},
+			{Kind: payrouter.TaskRefund, ChargeID: "ch_2"},
+			{Kind: notify, ChargeID: "ch_later", NotBefore: time.Now().Add(5 * time.Second)},
+			{Kind: "from_a_later_version", ChargeID: "ch_3"},
+		} {
+			if _, err := store.Enqueue(t.Context(), task); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := running(w)
+		defer stop()
+		time.Sleep(fallback.DefaultInterval + fallback.DefaultInterval/2)
+		synctest.Wait()
+		mu.Lock()
+		got := fmt.Sprint(seen)
+		mu.Unlock()
+		if got != "[notify:ch_1 refund:ch_2]" {
+			t.Errorf("first round handled %s, want the notify and the refund task, not the one due later", got)
+		}
+		if n, _ := store.QueueDepth(t.Context()); n != 2 || logs.count("task.failed") != 1 {
+			t.Errorf("depth %d, task.failed logged %d times; want the later one and the unknown kind kept, the unknown one logged", n, logs.count("task.failed"))
+		}
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		got = fmt.Sprint(seen)
+		mu.Unlock()
+		if got != "[notify:ch_1 refund:ch_2 notify:ch_later]" {
+			t.Errorf("once due, handled %s, want the later notify too", got)
 		}
 	})
 }

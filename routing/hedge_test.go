@@ -368,7 +368,7 @@ func TestHedgeVoidThatFailsIsQueued(t *testing.T) {
 		f.gw["paywell"].mu.Unlock()
 		ts, _ := f.store.Take(t.Context(), "test", 10, 0)
 		for _, task := range ts {
-			if err := f.router.Settler().Work(t.Context(), task); err != nil && task.Kind == payrouter.TaskVoid {
+			if err := f.router.Settler().Handlers()[task.Kind](t.Context(), task); err != nil && task.Kind == payrouter.TaskVoid {
 				t.Errorf("void task: %v", err)
 			}
 		}

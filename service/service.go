@@ -184,7 +184,7 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
 		// is handed to one at a time); one at a time reconciles, by lease.
 		s.worker = &fallback.Worker{
-			Queue: s.store, Consumer: s.origin, Handle: s.router.Settler().Work, Log: s.log, Depth: s.metrics.QueueDepth,
+			Queue: s.store, Consumer: s.origin, Handlers: s.router.Settler().Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
 			Idle: workerIdle(cfg),
 		}
 		s.reconciler = &settle.Reconciler{Settler: s.router.Settler(), Leases: leases, Holder: s.origin, Log: s.log}

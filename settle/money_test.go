@@ -80,7 +80,7 @@ func TestRefundCompletedOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			if err := f.settler.Work(context.Background(), task); err != nil {
+			if err := work(f.settler, context.Background(), task); err != nil {
 				t.Errorf("Work: %v", err)
 			}
 		})

@@ -255,10 +255,9 @@ func (s *Settler) workRefund(ctx context.Context, t payrouter.Task) error {
 	if err != nil {
 		return fmt.Errorf("loading charge %s of refund %s: %w", rf.ChargeID, rf.ID, err)
 	}
-	tab := s.table()
-	gw := tab.gw.Adapters[rf.Gateway]
-	if gw == nil || tab.gw.Domains.Guard(rf.Gateway, payrouter.OpRefund) == nil {
-		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, rf.Gateway)
+	tab, gw, err := s.reachable(ctx, t, payrouter.OpRefund)
+	if err != nil {
+		return err
 	}
 	res := sendRefund(ctx, s.log, tab, gw, c, rf)
 	switch {

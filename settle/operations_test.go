@@ -549,11 +549,20 @@ func TestRefundAskedAgainIsQueued(t *testing.T) {
 
 // work takes every task due and works it through the Settler, as the worker does, acknowledging
 // those done. It returns what each handling returned.
+// work does one queued task as the queue's worker does (fallback.Worker): not before its
+// NotBefore, by the handler of its kind.
+func work(s *Settler, ctx context.Context, t payrouter.Task) error {
+	if s.now().Before(t.NotBefore) {
+		return fallback.ErrLater
+	}
+	return s.Handlers()[t.Kind](ctx, t)
+}
+
 func (f *opsFixture) work(t *testing.T) []error {
 	t.Helper()
 	var errs []error
 	for _, task := range f.tasks(t) {
-		err := f.settler.Work(t.Context(), task)
+		err := work(f.settler, t.Context(), task)
 		if err == nil {
 			if aerr := f.store.Ack(t.Context(), task.ID); aerr != nil {
 				t.Fatal(aerr)
@@ -618,7 +627,7 @@ func TestQueuedRefundIsSentByTheWorker(t *testing.T) {
 			}
 
 			// Handed out twice (a consumer that crashed before its Ack): nothing is sent again.
-			if err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: rf.ID}); err != nil {
+			if err := work(f.settler, t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: rf.ID}); err != nil {
 				t.Errorf("a done refund worked again: %v", err)
 			}
 			if n := len(f.gw.Calls()); n != 3 {
@@ -676,7 +685,7 @@ func TestWorkRefundOutcomes(t *testing.T) {
 			if err := f.store.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: rf}); err != nil {
 				t.Fatal(err)
 			}
-			err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: "re_1"})
+			err := work(f.settler, t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", ChargeID: "ch_test", RefundID: "re_1"})
 			if errors.Is(err, fallback.ErrLater) != tc.wantLater || (!tc.wantLater && err != nil) {
 				t.Fatalf("err %v, want later %v", err, tc.wantLater)
 			}
@@ -691,7 +700,7 @@ func TestWorkRefundOutcomes(t *testing.T) {
 	}
 	t.Run("a refund that is not stored is dropped", func(t *testing.T) {
 		f := newOpsFixture(t)
-		if err := f.settler.Work(t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", RefundID: "re_gone"}); err != nil {
+		if err := work(f.settler, t.Context(), payrouter.Task{Kind: payrouter.TaskRefund, Gateway: "paywell", RefundID: "re_gone"}); err != nil {
 			t.Errorf("err %v, want nil: nothing can ever send it", err)
 		}
 	})

@@ -17,28 +17,30 @@ import (
 // the money must not stay there.
 const RecheckFor = 5 * time.Minute
 
-// Work does one queued task; the queue worker (fallback.Worker) calls it. nil means done: the
-// task is acknowledged. fallback.ErrLater, or any other error, leaves it in the queue to be
-// handed out again; the gateway reference it sends is the same every time, so no task is ever
-// applied twice at a gateway.
-func (s *Settler) Work(ctx context.Context, t payrouter.Task) error {
-	if tab := s.table(); tab.gw.Adapters[t.Gateway] == nil || tab.gw.Domains.Guard(t.Gateway, payrouter.OpStatus) == nil {
-		// A gateway removed from the configuration: nothing can be sent there any more. The
-		// task stays for an instance that still knows the gateway, and ops see it in the log.
+// Handlers are the Settler's handlers of the queue's tasks, by kind (fallback.Worker.Handlers):
+// a queued refund is sent, an attempt no charge keeps is released. nil means done: the task is
+// acknowledged. fallback.ErrLater, or any other error, leaves it in the queue to be handed out
+// again; the gateway reference each sends is the same every time, so no task is ever applied
+// twice at a gateway.
+func (s *Settler) Handlers() map[payrouter.TaskKind]fallback.Handler {
+	return map[payrouter.TaskKind]fallback.Handler{
+		payrouter.TaskRefund:  s.workRefund,
+		payrouter.TaskVoid:    s.release,
+		payrouter.TaskRecheck: s.release,
+	}
+}
+
+// reachable checks that a task's gateway can be called on the configuration in use. A gateway
+// removed from the configuration: nothing can be sent there any more; the task stays for an
+// instance that still knows the gateway, and ops see it in the log.
+func (s *Settler) reachable(ctx context.Context, t payrouter.Task, op payrouter.Operation) (*table, payrouter.Gateway, error) {
+	tab := s.table()
+	gw := tab.gw.Adapters[t.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(t.Gateway, op) == nil {
 		s.log.ErrorContext(ctx, "task.unknown_gateway", "task", t.Kind, "charge_id", t.ChargeID, "gateway", t.Gateway)
-		return fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, t.Gateway)
+		return nil, nil, fmt.Errorf("%w: gateway %q is not configured", fallback.ErrLater, t.Gateway)
 	}
-	if s.now().Before(t.NotBefore) {
-		return fallback.ErrLater
-	}
-	switch t.Kind {
-	case payrouter.TaskRefund:
-		return s.workRefund(ctx, t)
-	case payrouter.TaskVoid, payrouter.TaskRecheck:
-		return s.release(ctx, t)
-	}
-	s.log.ErrorContext(ctx, "task.unknown_kind", "task", t.Kind, "charge_id", t.ChargeID)
-	return nil // nothing can ever do it; kept, it would come back for ever
+	return tab, gw, nil
 }
 
 // release makes sure an attempt no charge keeps holds no money at its gateway: it looks the
@@ -50,8 +52,10 @@ func (s *Settler) release(ctx context.Context, t payrouter.Task) error {
 	} else if keeps {
 		return nil // the charge's own attempt: never released, the reconciler resolves it
 	}
-	tab := s.table()
-	gw := tab.gw.Adapters[t.Gateway]
+	tab, gw, err := s.reachable(ctx, t, payrouter.OpStatus)
+	if err != nil {
+		return err
+	}
 	look := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(t.Reference, payrouter.OpStatus), ChargeReference: t.Reference,
 		GatewayReference: t.GatewayReference, Amount: t.Amount, Currency: t.Currency,
