@@ -70,7 +70,7 @@ chaos: ## the chaos money check, long: 5000 charges and refunds (some racing thr
 # resilience's TestBenchBreakerOnRedis runs BenchmarkDistributedGobreaker and BenchmarkGuardWithFleet
 # itself, alternately, and prints their ratio: -skip keeps -bench from running them a second time.
 .PHONY: bench
-bench: ## benchmarks (ratios, one run): fast-fail, healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, the guard, our Redis breaker vs gobreaker's distributed one
+bench: ## benchmarks (ratios, one run): fast-fail, healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline, refund and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, the guard, our Redis breaker vs gobreaker's distributed one
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -bench . -skip '^Benchmark(DistributedGobreaker|GuardWithFleet)$$' -benchmem -timeout 10m ./resilience/
 

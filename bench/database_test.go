@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestBenchDatabaseHealthyPath measures what keeping the money state in PostgreSQL costs a charge
@@ -81,15 +84,23 @@ const replayKeys = 256
 // declineBody is chargeBody with the token every simulator declines (sim.DeclineToken).
 var declineBody = bytes.Replace(chargeBody, []byte(`"tok_visa"`), []byte(`"tok_decline"`), 1)
 
+// refundableBody is chargeBody with a description of its own, so that the charges made to be
+// refunded are told from the others in the database.
+var refundableBody = bytes.Replace(chargeBody, []byte(`"description":"bench"`), []byte(`"description":"bench refundable"`), 1)
+
 // TestBenchDatabaseRoundTrips counts the database statements, each a round trip, that a request
 // costs on the database store: a charge on the healthy path (201), a replay of a key already
-// answered 201 (no gateway call), and a charge the gateway declines (402, stored like a success).
+// answered 201 (no gateway call), a charge the gateway declines (402, stored like a success), and
+// a full refund of a captured charge (201), each refund of a charge of its own, made beforehand.
 // They are counted black-box, from PostgreSQL's own statistics of the instance's database
 // (pg_stat_statements, loaded by countedDatabase), read before and after each load. The instance
 // also queries the database when nothing happens (the reconciler's and the worker's polls, the
 // retention sweep; its health ping is an empty query, not a statement), so those are counted
-// first, on the idle instance over the same length of time, and taken off at their rate. Last,
-// the time of one round trip to the same server, to read the counts against.
+// first, on the idle instance over the same length of time, and taken off at their rate. A
+// refund also queues a task, due once its request's budget and the gateway's timeout have
+// passed, which the worker then takes, finds settled and acknowledges: that work, outside the
+// refund's own count, is counted apart once it starts, per task. Last, the time of one round
+// trip to the same server, to read the counts against.
 func TestBenchDatabaseRoundTrips(t *testing.T) {
 	requireBench(t)
 	dbURL, counter := countedDatabase(t)
@@ -114,27 +125,103 @@ func TestBenchDatabaseRoundTrips(t *testing.T) {
 		t.Fatalf("the same key sent again was not answered as a replay (Idempotent-Replayed %q)", resp.Header.Get("Idempotent-Replayed"))
 	}
 
+	// The charges to refund, captured (a charge answered 201 is), made at the highest
+	// concurrency for twice as long as the refunds' loads take: a refund costs a gateway call
+	// and more statements than a charge, so it is no faster, and each needs a charge of its own.
+	prepare := healthy
+	prepare.Name, prepare.Body = "refundable charges 201", refundableBody
+	l := NewLoad(prepare, slices.Max(concurrencies))
+	sm := l.Run(t.Context(), 2*(warmUp+time.Duration(len(concurrencies))*countTime))
+	l.Close()
+	checkSamples(t, prepare, sm)
+	charged += sm.Requests
+	refundable := refundableCharges(t, dbURL)
+	if len(refundable) != sm.Requests {
+		t.Fatalf("the database holds %d refundable charges, succeeded; %d were answered 201", len(refundable), sm.Requests)
+	}
+	refund := in.payrouterRefund(refundable)
+	refund.Name = "refund 201"
+	checkRefundedAtPaywell(t, refund)
+	refunded := 1
+
 	idle, runs, sent := countStatements(t, counter, []statementCase{
-		{healthy.Name, healthy}, {replay.Name, replay}, {decline.Name, decline},
+		{name: healthy.Name, target: healthy}, {name: replay.Name, target: replay}, {name: decline.Name, target: decline},
+		{name: refund.Name, target: refund, queues: true},
 	})
+	if left := refund.URLs.Left(); left == 0 {
+		t.Errorf("the refunds used up the %d charges made for them: the last load ended early; make more", len(refundable))
+	}
+	// The refunds' tasks, later: the warm-up's are due about when the refunds' counts end.
+	later, ok := countLater(t, counter, "refund's task, later (the queue worker)", 30*time.Second)
+	if !ok {
+		t.Errorf("the worker acknowledged none of the refunds' tasks within 30 s of the refunds' counts")
+	} else {
+		runs = append(runs, later)
+	}
 	if t.Failed() {
 		return
 	}
 	w := t.Output()
-	counter.printStatements(w, "(d) database statements per request on the database store: a charge on the healthy path, a replay of an answered key, a charge declined (402)", idle, runs)
+	counter.printStatements(w, "(d) database statements per request on the database store: a charge on the healthy path, a replay of an answered key, a charge declined (402), a full refund of a captured charge (201); last, per task, the worker's later work on the refunds' tasks (workers 1: the instance's queue consumer; requests: tasks acknowledged)", idle, runs)
 	rtt := counter.roundTrips(t, 1000)
 	fmt.Fprintf(w, "the instance held %d connections to its database after the loads; one round trip to this PostgreSQL (SELECT 1 from Go, one connection, %d in a row): p50 %s, p99 %s\n",
 		counter.connections(t), len(rtt.Latencies), formatDuration(rtt.Quantile(0.5)), formatDuration(rtt.Quantile(0.99)))
 
-	// Like for like: a charge is one call to paywell, a replay none.
+	// Like for like: a charge is one call to paywell, a replay none, a refund one.
 	charged += sent[healthy.Name] + sent[decline.Name]
-	if n := s.simRequests(t, "paywell"); n != charged {
-		t.Errorf("paywell received %d API calls for %d charges (and %d replays); want one per charge", n, charged, sent[replay.Name])
+	refunded += sent[refund.Name]
+	if n := s.simRequests(t, "paywell"); n != charged+refunded {
+		t.Errorf("paywell received %d API calls for %d charges and %d refunds (and %d replays); want one per charge and per refund", n, charged, refunded, sent[replay.Name])
 	}
 	for _, name := range gatewayNames[1:] {
 		if n := s.simRequests(t, name); n != 0 {
 			t.Errorf("%s received %d API calls; every charge should have been answered by paywell", name, n)
 		}
+	}
+}
+
+// refundableCharges lists the ids of the succeeded charges in the database at url made with
+// refundableBody.
+func refundableCharges(t *testing.T, url string) []string {
+	t.Helper()
+	conn := connect(t, url)
+	defer conn.Close(t.Context())
+	var description string
+	if err := json.Unmarshal(refundableBody, &struct {
+		Description *string `json:"description"`
+	}{&description}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(t.Context(), `SELECT id FROM charges WHERE status = 'succeeded' AND charge->>'description' = $1 ORDER BY id`, description)
+	if err != nil {
+		t.Fatalf("listing the refundable charges: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("listing the refundable charges: %v", err)
+	}
+	return ids
+}
+
+// checkRefundedAtPaywell sends target's refund once, to the next of its URLs, and fails the test
+// unless paywell applied it in full: the refund succeeded, of the charge's whole amount.
+func checkRefundedAtPaywell(t *testing.T, target Target) {
+	t.Helper()
+	one := target
+	var ok bool
+	if one.URL, ok = target.URLs.take(); !ok {
+		t.Fatalf("%s: no charge to refund", target.Name)
+	}
+	_, body := send(t, one, keyPrefix+"probe-"+strconv.FormatUint(keySeq.Add(1), 10))
+	var charge, r struct {
+		Amount int64  `json:"amount"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(refundableBody, &charge); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, &r); err != nil || r.Status != "succeeded" || r.Amount != charge.Amount {
+		t.Fatalf("%s: not a refund of %d succeeded (%v): %s", target.Name, charge.Amount, err, body)
 	}
 }
 
@@ -197,7 +284,7 @@ func TestBenchFastFailDatabase(t *testing.T) {
 	tab.flush()
 	fmt.Fprintf(t.Output(), "database / memory req/s: %s\n", strings.Join(rates, ", "))
 
-	idle, runs, _ := countStatements(t, counter, []statementCase{{"fast-fail 503", database}})
+	idle, runs, _ := countStatements(t, counter, []statementCase{{name: "fast-fail 503", target: database}})
 	if t.Failed() {
 		return
 	}

@@ -18,7 +18,9 @@
 //	TestBenchDatabaseRoundTrips   (d) the database statements (each a round trip) a request costs
 //	                              on the database store, by statement, with the WAL they write: a
 //	                              charge on the healthy path, a replay of an answered key, a 402
-//	                              decline; from PostgreSQL's own pg_stat_statements, less the idle
+//	                              decline, a full refund of a captured charge (each of its own,
+//	                              made beforehand), and the worker's later work on each refund's
+//	                              task; from PostgreSQL's own pg_stat_statements, less the idle
 //	                              instance's background statements (the reconciler's and the
 //	                              worker's polls), counted apart over the same time
 //	TestBenchBreakerAgreement     (e) two payrouters on one Redis (and one database): failing

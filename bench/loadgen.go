@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -20,8 +21,12 @@ import (
 type Target struct {
 	// Name labels the target in reports.
 	Name string
-	// URL is where every request is POSTed.
+	// URL is where every request is POSTed, unless URLs are given.
 	URL string
+	// URLs, when not nil, hands out the URL of each request instead of URL, each one once,
+	// across every Load of the target: a load of refunds, each of a charge of its own. A worker
+	// that finds none left stops, and the run ends when every worker has.
+	URLs *URLs
 	// Header is sent with every request. Idempotency-Key is added, fresh for each request unless
 	// Keys are given.
 	Header http.Header
@@ -34,6 +39,31 @@ type Target struct {
 	// Want is the status every answer must have; any other is counted as Unexpected.
 	Want int
 }
+
+// URLs are URLs handed out one at a time, each once, to the Loads of a Target. Safe for concurrent
+// use.
+type URLs struct {
+	urls []string
+	next atomic.Int64
+}
+
+// NewURLs returns URLs handing out urls in order.
+func NewURLs(urls []string) *URLs { return &URLs{urls: urls} }
+
+// take returns the next URL, or false when every one has been handed out.
+func (u *URLs) take() (string, bool) {
+	i := u.next.Add(1) - 1
+	if i >= int64(len(u.urls)) {
+		return "", false
+	}
+	return u.urls[i], true
+}
+
+// Left is how many URLs have not been handed out yet.
+func (u *URLs) Left() int { return max(0, len(u.urls)-int(u.next.Load())) }
+
+// errNoURL is once's answer when the target's URLs are all handed out: nothing was sent.
+var errNoURL = errors.New("every URL of the target has been sent")
 
 // requestTimeout bounds one request of a Load. Nothing measured here should come near it: it only
 // keeps a wedged server from hanging the run.
@@ -102,6 +132,9 @@ func (l *Load) Run(ctx context.Context, d time.Duration) Sample {
 			r.lat = make([]time.Duration, 0, 4096)
 			for now := time.Now(); now.Before(deadline) && ctx.Err() == nil; {
 				status, answer, err := l.once(ctx)
+				if errors.Is(err, errNoURL) {
+					break
+				}
 				end := time.Now()
 				r.lat = append(r.lat, end.Sub(now))
 				switch {
@@ -135,12 +168,20 @@ func (l *Load) Run(ctx context.Context, d time.Duration) Sample {
 	return s
 }
 
-// once sends one request with a fresh Idempotency-Key (or the next of the target's Keys) and
-// reads the whole answer, so that the connection goes back to the pool and the time covers the
-// full response. An answer of another status than the target's is returned (its first 300 bytes)
-// for the report; the expected ones are read and dropped.
+// once sends one request with a fresh Idempotency-Key (or the next of the target's Keys) to the
+// target's URL (or the next of its URLs; errNoURL, and nothing sent, when none is left) and reads
+// the whole answer, so that the connection goes back to the pool and the time covers the full
+// response. An answer of another status than the target's is returned (its first 300 bytes) for
+// the report; the expected ones are read and dropped.
 func (l *Load) once(ctx context.Context) (status int, unexpected string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.target.URL, bytes.NewReader(l.target.Body))
+	url := l.target.URL
+	if l.target.URLs != nil {
+		var ok bool
+		if url, ok = l.target.URLs.take(); !ok {
+			return 0, "", errNoURL
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(l.target.Body))
 	if err != nil {
 		return 0, "", err
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +107,45 @@ func TestLoadRunKeys(t *testing.T) {
 	}
 	if len(seen) != len(keys) {
 		t.Errorf("keys sent: %v; want only %v", seen, keys)
+	}
+}
+
+func TestLoadRunURLs(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.URL.Path]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	var urls []string
+	for i := range 10 {
+		urls = append(urls, srv.URL+"/"+strconv.Itoa(i))
+	}
+	target := Target{Name: "test", URLs: NewURLs(urls), Want: http.StatusCreated}
+	// Each URL is sent once, the run ends when they run out (long before its time), and a
+	// second Load of the target finds none left.
+	first := NewLoad(target, 4)
+	defer first.Close()
+	a := first.Run(t.Context(), time.Minute)
+	second := NewLoad(target, 4)
+	defer second.Close()
+	b := second.Run(t.Context(), time.Minute)
+	if a.Requests != len(urls) || a.Unexpected != 0 || a.Errors != 0 || b.Requests != 0 {
+		t.Fatalf("Requests %d (Unexpected %d, Errors %d), then %d: want %d, all 201, then none", a.Requests, a.Unexpected, a.Errors, b.Requests, len(urls))
+	}
+	if a.Elapsed+b.Elapsed > 10*time.Second {
+		t.Errorf("the runs took %v and %v; want each to end when the URLs ran out", a.Elapsed, b.Elapsed)
+	}
+	if len(seen) != len(urls) || target.URLs.Left() != 0 {
+		t.Errorf("paths sent: %v, %d left; want each of the %d once, none left", seen, target.URLs.Left(), len(urls))
+	}
+	for p, n := range seen {
+		if n != 1 {
+			t.Errorf("%s sent %d times; want once", p, n)
+		}
 	}
 }

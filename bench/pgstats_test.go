@@ -247,6 +247,8 @@ var statementNames = []struct{ contains, name string }{
 	{"WITH hold AS", "save the charge, fenced by the hold (SaveCharge)"},
 	{"INSERT INTO charges", "save the charge (SaveCharge)"},
 	{"SELECT charge FROM charges WHERE id", "read the charge (Charge)"},
+	{"INSERT INTO refunds", "save the refund (SaveRefund)"},
+	{"SELECT refund FROM refunds WHERE id", "read the refund (Refund)"},
 	{"held_until > now() FROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
 	{"DELETE FROM idempotency_keys WHERE key = $1 AND token", "release the key (Release)"},
 	{"UPDATE idempotency_keys SET held_until", "renew the hold (Renew)"},
@@ -279,6 +281,14 @@ func statementName(query string) string {
 type statementCase struct {
 	name   string
 	target Target
+	// queues says that each request leaves a task in the durable queue, due later (a refund's:
+	// once its request's budget and the gateway's timeout have passed), which the worker comes
+	// back to then. Such a case is warmed up right before its own counts rather than with the
+	// others, and must come after every case that does not queue, so that no count of another
+	// case sees its warm-up's tasks come due (countStatements refuses another order). Its own
+	// counts end before its warm-up's tasks are due: what the worker later does with them is
+	// not in them (countLater).
+	queues bool
 }
 
 // statementRun is what one counted load sent and what the database ran meanwhile.
@@ -292,20 +302,32 @@ type statementRun struct {
 // countStatements counts the statements each case costs at each concurrency: first every case
 // is warmed up at the highest concurrency (the instance's connection pool grows to what the
 // loads need, and each connection prepares the statements, now rather than while counting),
-// then the idle instance is counted for as long as a load, then each load. sent is the requests
-// of each case, warm-up included, for the caller's like-for-like checks.
+// then the idle instance is counted for as long as a load, then each load. A case that queues is
+// warmed up later, right before its own loads (statementCase.queues). sent is the requests of
+// each case, warm-up included, for the caller's like-for-like checks.
 func countStatements(t *testing.T, c *statementCounter, cases []statementCase) (idle statementCount, runs []statementRun, sent map[string]int) {
 	t.Helper()
 	sent = map[string]int{}
-	for _, cs := range cases {
-		warm := NewLoad(cs.target, slices.Max(concurrencies))
-		sm := warm.Run(t.Context(), warmUp)
-		warm.Close()
+	warm := func(cs statementCase) {
+		l := NewLoad(cs.target, slices.Max(concurrencies))
+		sm := l.Run(t.Context(), warmUp)
+		l.Close()
 		checkSamples(t, cs.target, sm)
 		sent[cs.name] += sm.Requests
 	}
+	for i, cs := range cases {
+		if i > 0 && cases[i-1].queues && !cs.queues {
+			t.Fatalf("case %q comes after %q, which queues tasks: a case that queues must come last", cs.name, cases[i-1].name)
+		}
+		if !cs.queues {
+			warm(cs)
+		}
+	}
 	idle = c.during(t, func() { time.Sleep(countTime) })
 	for _, cs := range cases {
+		if cs.queues {
+			warm(cs)
+		}
 		for _, workers := range concurrencies {
 			l := NewLoad(cs.target, workers)
 			var sm Sample
@@ -317,6 +339,30 @@ func countStatements(t *testing.T, c *statementCounter, cases []statementCase) (
 		}
 	}
 	return idle, runs, sent
+}
+
+// ackStatement is the statement that removes a task the worker is done with.
+const ackStatement = "acknowledge a task (Ack)"
+
+// countLater counts what the worker does with the tasks a case that queues left (statementCase.queues),
+// once they are due: it waits up to wait for the first acknowledgement (taken as the worker's
+// tasks coming due), then counts for as long as a load. The run returned is named name, with a
+// request for each task acknowledged (one worker: the instance's queue consumer), to print
+// beside the loads; false when no task was acknowledged.
+func countLater(t *testing.T, c *statementCounter, name string, wait time.Duration) (statementRun, bool) {
+	t.Helper()
+	acked := func() int64 {
+		calls, _ := c.snapshot(t)
+		return calls[ackStatement]
+	}
+	for start, deadline := acked(), time.Now().Add(wait); acked() == start; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return statementRun{}, false
+		}
+	}
+	count := c.during(t, func() { time.Sleep(countTime) })
+	n := count.calls[ackStatement]
+	return statementRun{name: name, workers: 1, requests: int(n), count: count}, n > 0
 }
 
 // background is what the idle instance ran of statement name (every statement: "") at its rate,
@@ -393,7 +439,7 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 	}
 	fmt.Fprintf(w, "idle instance (no traffic, %s): %s\n", idle.elapsed.Round(time.Millisecond), strings.Join(rates, ", "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "load\tworkers\trequests\tstatements\tof them background\tper request"
+	header := "load\tworkers\trequests\tstatements\tof them background\tstatements per request\tround trips per request"
 	if c.perStatement {
 		header += "\tWAL bytes per request"
 	}
@@ -403,7 +449,8 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 		for _, v := range r.count.calls {
 			total += v
 		}
-		row := fmt.Sprintf("%s\t%d\t%d\t%d\t%.0f\t%s", r.name, r.workers, r.requests, total, idle.background("", r.count.elapsed), formatCount(r.perRequest(idle, "")))
+		per := formatCount(r.perRequest(idle, ""))
+		row := fmt.Sprintf("%s\t%d\t%d\t%d\t%.0f\t%s\t%s", r.name, r.workers, r.requests, total, idle.background("", r.count.elapsed), per, per)
 		if c.perStatement {
 			row += fmt.Sprintf("\t%.0f", r.walPerRequest(idle, ""))
 		}
@@ -411,6 +458,7 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 	}
 	tw.Flush()
 	if !c.perStatement {
+		fmt.Fprintln(w, "round trips per request are its transactions: pgstore sends each statement alone (no batch, no pipeline) in a transaction of its own (no BEGIN)")
 		return
 	}
 	header = "statement\tidle/s"
@@ -434,7 +482,7 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(in parentheses: the WAL the statement wrote, per request)")
-	fmt.Fprintln(w, "a statement is a round trip (pgx sends one it has prepared on the connection as one Bind/Execute/Sync; pgstore sends no batches, and a BEGIN or COMMIT would show as a statement of its own); not seen here: the Parse of a statement new to a connection (done during the warm-up) and pgx's ping of a pooled connection idle for over a second (an empty query)")
+	fmt.Fprintln(w, "round trips per request are its statements: pgx sends a statement it has prepared on the connection as one Bind/Execute/Sync, one round trip, and pgstore sends each statement alone (no batch, no pipeline, whose statements would share a round trip unseen by pg_stat_statements) in a transaction of its own (no BEGIN: one would show as a statement, and a round trip, of its own, as would its COMMIT), so statements, round trips and transactions are one number; not seen here: the Parse of a statement new to a connection (done during the warm-up) and pgx's ping of a pooled connection idle for over a second (an empty query)")
 }
 
 // The naming runs always: a statement put under the wrong name would silently misstate which
@@ -443,6 +491,9 @@ func TestStatementName(t *testing.T) {
 	tests := []struct{ query, want string }{
 		{"\nWITH claimed AS (\n\tINSERT INTO idempotency_keys AS k (key) VALUES ($1)", "claim the key (Claim)"},
 		{"SELECT charge FROM charges WHERE id = $1", "read the charge (Charge)"},
+		{"\nINSERT INTO refunds (id, charge_id, status, refund) VALUES ($1, $2, $3, $4)\nON CONFLICT (id) DO UPDATE SET", "save the refund (SaveRefund)"},
+		{"SELECT refund FROM refunds WHERE id = $1", "read the refund (Refund)"},
+		{"DELETE FROM tasks WHERE id = $1", "acknowledge a task (Ack)"},
 		{"\nSELECT fingerprint, status, header, body, created_at, expires_at > now(), status IS NULL AND held_until > now()\nFROM idempotency_keys WHERE key = $1", "look the key up (Peek)"},
 		{"\nDELETE FROM idempotency_keys\nWHERE key = $1 AND token = $2 AND (status IS NULL)", "release the key (Release)"},
 		{"\nDELETE FROM idempotency_keys WHERE key IN (\n\tSELECT key FROM idempotency_keys WHERE expires_at <= now()", "retention sweep: expired keys"},

@@ -496,3 +496,16 @@ func (s *stack) simControl(t *testing.T, name, method, path, body string) {
 		t.Fatalf("%s %s %s: status %d: %s", name, method, path, resp.StatusCode, answer)
 	}
 }
+
+// payrouterRefund is POST /charge/{id}/refund on payrouter with an empty body (a full refund),
+// each request of the next of the charges ids, expecting 201.
+func (in *instance) payrouterRefund(ids []string) Target {
+	urls := make([]string, len(ids))
+	for i, id := range ids {
+		urls[i] = "http://" + in.api + "/charge/" + id + "/refund"
+	}
+	return Target{
+		Name: "payrouter", URLs: NewURLs(urls), Want: http.StatusCreated,
+		Header: http.Header{"Authorization": {"Bearer " + apiKey}},
+	}
+}
