@@ -77,15 +77,6 @@ const (
 	ForcedClosed Forced = "closed"
 )
 
-// BreakerStateStore keeps the breaker state that outlives one process or is shared by a fleet.
-type BreakerStateStore interface {
-	// SetForced records a forced state for the breaker named "<gateway>/<operation>"; ForcedNone
-	// clears it.
-	SetForced(ctx context.Context, breaker string, f Forced) error
-	// ForcedStates returns every breaker with a forced state.
-	ForcedStates(ctx context.Context) (map[string]Forced, error)
-}
-
 // RefundStore keeps refunds.
 type RefundStore interface {
 	// SaveRefund creates or replaces the refund with r.ID.
@@ -273,8 +264,8 @@ type FleetBreakers interface {
 	// CloseBreaker closes a half-open breaker at once (the out-of-band prober's verdict) and
 	// publishes BreakerClosed; closed is false when it was not half-open.
 	CloseBreaker(ctx context.Context, breaker, origin string) (closed bool, err error)
-	// ForceBreaker sets or clears (ForcedNone) a forced state and publishes BreakerForced. It is
-	// BreakerStateStore.SetForced with the news told to every instance.
+	// ForceBreaker sets or clears (ForcedNone) a forced state of the breaker named
+	// "<gateway>/<operation>" and publishes BreakerForced. A forced state has no expiry.
 	ForceBreaker(ctx context.Context, breaker string, f Forced, origin string) error
 	// ResetBreaker closes the breaker, clears its counts, trials and forcing, and publishes
 	// BreakerReset.

@@ -84,8 +84,9 @@ func TestOpenAPI(t *testing.T) {
 		}
 		st.expect(t, st.get(t, "/refund/re_nothing"), 503)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
+		// The breakers are this instance's, not the money state's: the admin breaker API works.
 		for _, action := range breakerActions {
-			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 500)
+			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 200)
 		}
 	})
 
@@ -1103,13 +1104,6 @@ func (s *flakyStore) Refund(ctx context.Context, id string) (*payrouter.Refund, 
 		return nil, err
 	}
 	return s.Store.Refund(ctx, id)
-}
-
-func (s *flakyStore) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
-	if err := s.fail(); err != nil {
-		return err
-	}
-	return s.Store.SetForced(ctx, breaker, f)
 }
 
 func (s *flakyStore) SaveRefund(ctx context.Context, r *payrouter.Refund) error {

@@ -27,7 +27,8 @@ import (
 //
 // Half-open needs no timer: it is tripped without open, which is what the open key's expiry
 // leaves behind. Forced states are one hash for every breaker, <prefix>breakers:forced, so that
-// ForcedStates is one read; no multi-key script touches it, so its slot does not matter.
+// BreakerStates reads them all at once; no multi-key script touches it, so its slot does not
+// matter.
 // Transitions are published, as JSON BreakerEvents, on the channel <prefix>breakers.
 
 // stateTTL is how long a breaker's keys outlive their last write. Nothing relies on it: it is a
@@ -239,28 +240,6 @@ redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 `)
 
-// SetForced records a forced state for the breaker and tells every instance watching: it is
-// ForceBreaker with no origin, so an admin call through either interface has the same effect.
-func (s *Store) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
-	return s.forceBreaker(ctx, "set forced", breaker, f, "")
-}
-
-// ForcedStates returns every forced breaker in one read; the map is the caller's own, and empty,
-// never nil, when no breaker is forced.
-func (s *Store) ForcedStates(ctx context.Context) (map[string]payrouter.Forced, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	all, err := s.rdb.HGetAll(ctx, s.forcedKey()).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: forced states: %w", err)
-	}
-	forced := make(map[string]payrouter.Forced, len(all))
-	for breaker, f := range all {
-		forced[breaker] = payrouter.Forced(f)
-	}
-	return forced, nil
-}
-
 // ReportOutcomes adds one instance's report to the fleet's window and trips the breaker when the
 // rules say so, in one script run: the window, the rules and the transition are one atomic
 // step, so two instances reporting at once cannot both open the breaker, nor both miss the
@@ -421,10 +400,7 @@ func (s *Store) CloseBreaker(ctx context.Context, breaker, origin string) (bool,
 // ForceBreaker sets or clears a forced state. A forced state has no expiry: ops imposed it, and
 // only ops (ForcedNone, or ResetBreaker) lift it.
 func (s *Store) ForceBreaker(ctx context.Context, breaker string, f payrouter.Forced, origin string) error {
-	return s.forceBreaker(ctx, "force breaker", breaker, f, origin)
-}
-
-func (s *Store) forceBreaker(ctx context.Context, op, breaker string, f payrouter.Forced, origin string) error {
+	const op = "force breaker"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return err
 	}

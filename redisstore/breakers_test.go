@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -723,13 +722,7 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 
 	forcedStates := func(want map[string]payrouter.Forced) {
 		t.Helper()
-		got, err := b.ForcedStates(ctx)
-		if err != nil {
-			t.Fatalf("ForcedStates: %v", err)
-		}
-		if !maps.Equal(got, want) {
-			t.Fatalf("ForcedStates = %v, want %v", got, want)
-		}
+		forcedEqual(t, b, want)
 	}
 
 	if err := a.ForceBreaker(ctx, breaker, payrouter.ForcedOpen, "admin-a"); err != nil {
@@ -741,9 +734,9 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 	}
 	forcedStates(map[string]payrouter.Forced{breaker: payrouter.ForcedOpen})
 
-	// SetForced, the BreakerStateStore face, tells the fleet too.
-	if err := a.SetForced(ctx, "ding/charge", payrouter.ForcedClosed); err != nil {
-		t.Fatalf("SetForced: %v", err)
+	// With no origin, the event says none.
+	if err := a.ForceBreaker(ctx, "ding/charge", payrouter.ForcedClosed, ""); err != nil {
+		t.Fatalf("ForceBreaker: %v", err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: "ding/charge", Kind: payrouter.BreakerForced, Forced: payrouter.ForcedClosed})
 	forcedStates(map[string]payrouter.Forced{breaker: payrouter.ForcedOpen, "ding/charge": payrouter.ForcedClosed})
@@ -979,7 +972,7 @@ func TestBreakerInvalidArguments(t *testing.T) {
 		{"force: unknown state", func(ctx context.Context) error {
 			return s.ForceBreaker(ctx, b, payrouter.Forced("half_open"), "")
 		}},
-		{"set forced: empty name", func(ctx context.Context) error { return s.SetForced(ctx, "", payrouter.ForcedOpen) }},
+		{"force: empty name", func(ctx context.Context) error { return s.ForceBreaker(ctx, "", payrouter.ForcedOpen, "") }},
 		{"reset: empty name", func(ctx context.Context) error { return s.ResetBreaker(ctx, "", "") }},
 		{"states: empty name", func(ctx context.Context) error {
 			_, err := s.BreakerStates(ctx, []string{b, ""})
@@ -1184,8 +1177,6 @@ func fleetCalls(s *redisstore.Store) []struct {
 		name string
 		call func(ctx context.Context) error
 	}{
-		{"SetForced", func(ctx context.Context) error { return s.SetForced(ctx, b, payrouter.ForcedOpen) }},
-		{"ForcedStates", func(ctx context.Context) error { _, err := s.ForcedStates(ctx); return err }},
 		{"ReportOutcomes", func(ctx context.Context) error {
 			_, _, err := s.ReportOutcomes(ctx, b, rules, failure(1), "test")
 			return err
@@ -1279,8 +1270,8 @@ func TestBreakerCallsWorkAfterRedisReturns(t *testing.T) {
 	fl := newFleet(t)
 	s := fl.instance(t)
 	fl.srv.Stop()
-	if _, err := s.ForcedStates(t.Context()); err == nil {
-		t.Fatal("ForcedStates succeeded with Redis stopped")
+	if _, err := s.BreakerStates(t.Context(), []string{"paywell/charge"}); err == nil {
+		t.Fatal("BreakerStates succeeded with Redis stopped")
 	}
 	if err := fl.srv.Restart(); err != nil {
 		t.Fatal(err)

@@ -25,15 +25,12 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 	}
 	mem := memstore.New(bounds...)
 	s.closers = append(s.closers, s.closing("state.memory", mem.Close))
-	s.store, s.forced = mem, mem
+	s.store = mem
 	if len(bounds) > 0 {
 		s.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
 	}
 	if given != nil {
 		s.store = given
-		if f, ok := given.(payrouter.BreakerStateStore); ok {
-			s.forced = f // the forced states beside the money, as memstore keeps them
-		}
 	} else if url := s.cfg.State.DatabaseURL; url != "" && s.role == Serve {
 		pg, err := pgstore.Open(ctx, url, pgstore.Options{
 			Timeout: s.cfg.State.DatabaseTimeout, Log: s.log, NoMigrate: !s.cfg.State.DatabaseMigrate,
@@ -67,7 +64,6 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 			}
 		},
 	})
-	s.forced = s.shared
 	s.fleet = resilience.NewFleet(s.domains, s.shared, resilience.FleetOptions{
 		Origin: s.origin, Timeout: s.cfg.State.RedisTimeout, Up: s.shared.Up, Log: s.log,
 		Failed: s.metrics.CoordinationFailed,

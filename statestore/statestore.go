@@ -3,10 +3,10 @@
 // (docs/architecture.md, Breakers: "Redis slow or down must not take payrouter down"). A Store
 // wraps that coordination store (Shared; redisstore.Store in production). While it answers, every
 // call goes to it. On the first call that finds it unreachable the Store goes down, and from then
-// on no call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, forced states
-// are served from this instance's memory (forced.go), and a health goroutine (Run) pings Redis
-// until it answers, pushes the forced states set here meanwhile (the re-sync, resync.go) and goes
-// up again.
+// on no call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, and a health
+// goroutine (Run) pings Redis until it answers and goes up again. Nothing of the fleet's state is
+// kept here: forced states live in Redis, and what this instance decided alone meanwhile (forced
+// states, breakers it opened) is resilience.Fleet's to send again.
 //
 // While Redis is away each instance keeps its own breakers, and says so: its caller
 // (resilience.Fleet) decides alone on ErrDown; OnChange(false) feeds the payrouter_state_store_up
@@ -47,11 +47,10 @@ const (
 // (so their caller, the breaker fleet, works locally instead). Check it with errors.Is.
 var ErrDown = errors.New("shared state store is down")
 
-// Shared is the coordination state a fleet shares (redisstore.Store implements it): forced
-// states, the fleet's breakers and leases, a health check and the client's Close. It holds
+// Shared is the coordination state a fleet shares (redisstore.Store implements it): the fleet's
+// breakers (forced states included) and leases, a health check and the client's Close. It holds
 // nothing of money.
 type Shared interface {
-	payrouter.BreakerStateStore
 	payrouter.FleetBreakers
 	payrouter.Leases
 	// Ping reports whether the store answers.
@@ -73,12 +72,10 @@ type Options struct {
 	// CheckUp is how often it is pinged while up, to notice an outage with no traffic;
 	// 0: DefaultCheckUp.
 	CheckUp time.Duration
-	// Log receives state_store.down and state_store.up, and what the re-sync could not push;
-	// nil: discarded.
+	// Log receives state_store.down and state_store.up; nil: discarded.
 	Log *slog.Logger
-	// OnChange is called from Run's goroutine, in order, on every change of Up (after the
-	// re-sync when coming up), for the payrouter_state_store_up metric and for the caller to
-	// re-sync its breakers; nil: none.
+	// OnChange is called from Run's goroutine, in order, on every change of Up, for the
+	// payrouter_state_store_up metric and for the caller to re-sync its breakers; nil: none.
 	OnChange func(up bool)
 }
 
@@ -122,38 +119,15 @@ type Store struct {
 	since   time.Time
 	reason  error
 
-	// changed tells Run the store went down, so OnChange(false) is called at once; pushSoon tells
-	// it a forced state was set here while up, to be pushed. Both hold one signal, never block.
-	changed  chan struct{}
-	pushSoon chan struct{}
-
-	// mu guards the forced states kept here (forced.go).
-	mu sync.Mutex
-	// mirror is every forced state as this instance last knew it: the coordination store's as
-	// last read or written through this Store, with pending applied. ForcedStates answers it
-	// while down.
-	mirror map[string]payrouter.Forced
-	// pending are forced states set here that the coordination store has not taken yet, by
-	// breaker (ForcedNone: a forcing lifted).
-	pending map[string]pendingForced
-	// seq versions pending, so that the push of an older change never forgets a newer one.
-	seq uint64
-	// gen changes with every write to mirror, so that mirroring an older read of the
-	// coordination store never undoes a newer write.
-	gen uint64
-}
-
-// pendingForced is a forced state set here and not yet pushed.
-type pendingForced struct {
-	f       payrouter.Forced
-	version uint64
+	// changed tells Run the store went down, so OnChange(false) is called at once. It holds one
+	// signal and never blocks.
+	changed chan struct{}
 }
 
 var (
-	_ Shared                      = (*Store)(nil)
-	_ payrouter.BreakerStateStore = (*Store)(nil)
-	_ payrouter.FleetBreakers     = (*Store)(nil)
-	_ payrouter.Leases            = (*Store)(nil)
+	_ Shared                  = (*Store)(nil)
+	_ payrouter.FleetBreakers = (*Store)(nil)
+	_ payrouter.Leases        = (*Store)(nil)
 )
 
 // New returns a Store over primary. It starts up: the coordination store is assumed reachable
@@ -161,12 +135,9 @@ var (
 // call, not a wait. Run its health loop with Run.
 func New(primary Shared, o Options) *Store {
 	s := &Store{
-		primary:  primary,
-		o:        o.withDefaults(),
-		changed:  make(chan struct{}, 1),
-		pushSoon: make(chan struct{}, 1),
-		mirror:   map[string]payrouter.Forced{},
-		pending:  map[string]pendingForced{},
+		primary: primary,
+		o:       o.withDefaults(),
+		changed: make(chan struct{}, 1),
 	}
 	s.up.Store(true)
 	return s
@@ -203,8 +174,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return fmt.Errorf("statestore: %w: %w", ErrDown, err)
 }
 
-// Close closes the coordination store's client. Run is stopped by its context. Forced states
-// still pending are not pushed: they were this instance's alone, and go with it.
+// Close closes the coordination store's client. Run is stopped by its context.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return s.primary.Close()
@@ -280,10 +250,9 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Run is the health loop: while down it pings the coordination store every CheckDown and, once
-// it answers, pushes the forced states set here meanwhile and goes up; while up it pings every
-// CheckUp and goes down on a failure, and pushes any forced state still pending. It calls
-// OnChange on every change and returns when ctx ends. Call it once.
+// Run is the health loop: while down it pings the coordination store every CheckDown and goes up
+// once it answers; while up it pings every CheckUp and goes down on a failure. It calls OnChange
+// on every change and returns when ctx ends. Call it once.
 func (s *Store) Run(ctx context.Context) {
 	reported := true
 	report := func() {
@@ -306,56 +275,21 @@ func (s *Store) Run(ctx context.Context) {
 		case <-s.changed:
 			t.Stop()
 			continue
-		case <-s.pushSoon:
-			t.Stop()
-			if s.up.Load() {
-				s.pushWhileUp(ctx)
-			}
-			continue
 		case <-t.C:
 		}
 
-		if s.up.Load() {
-			if err := s.primary.Ping(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.markDown(err)
-				continue
-			}
-			s.pushWhileUp(ctx)
-			continue
+		err := s.primary.Ping(ctx)
+		if ctx.Err() != nil {
+			return
 		}
-
-		if err := s.primary.Ping(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		switch {
+		case err != nil && s.up.Load():
+			s.markDown(err)
+		case err != nil:
 			s.noteFailure(err)
-			continue
+		case !s.up.Load():
+			outage := s.markUp()
+			s.o.Log.Info("state_store.up", "outage_ms", outage.Milliseconds())
 		}
-		pushed, err := s.push(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.noteFailure(err)
-			continue
-		}
-		outage := s.markUp()
-		s.o.Log.Info("state_store.up", "outage_ms", outage.Milliseconds(),
-			"pushed_forced", pushed, "still_pending", s.pendingCount())
-		report()
-	}
-}
-
-// pushWhileUp pushes the pending forced states, if any, and goes down if the coordination store
-// stops answering meanwhile.
-func (s *Store) pushWhileUp(ctx context.Context) {
-	if s.pendingCount() == 0 {
-		return
-	}
-	if _, err := s.push(ctx); err != nil && ctx.Err() == nil {
-		s.markDown(err)
 	}
 }
