@@ -2,6 +2,9 @@ package payrouter
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -190,6 +193,73 @@ var BreakerTripRules = []string{"consecutive_failures", "failures_in_window", "f
 // Trips reports whether any trip rule of r is on; a breaker with none never opens by itself.
 func (r BreakerRules) Trips() bool {
 	return r.ConsecutiveFailures > 0 || r.FailuresInWindow > 0 || r.FailureRate > 0
+}
+
+// BreakerRuleProblem is one thing wrong with a BreakerRules: the yaml key of the field, what it
+// must be, and the value when the message shows it.
+type BreakerRuleProblem struct {
+	Key  string // "failure_rate"
+	Must string // "must be between 0 and 1 (0: off)"
+	Got  any    // the value, for the message; nil: not shown
+}
+
+// String is the problem as one line, "failure_rate: must be between 0 and 1 (0: off), got 1.5".
+func (p BreakerRuleProblem) String() string {
+	if p.Got == nil {
+		return p.Key + ": " + p.Must
+	}
+	return fmt.Sprintf("%s: %s, got %v", p.Key, p.Must, p.Got)
+}
+
+// Problems returns what is wrong with r, in the order of its fields, or nil: the one check of
+// trip rules, which configuration (for a file's gateways.<name>.breaker) and every shared store
+// (for the rules it is given) make. It takes r as a store gets it, zero values already replaced
+// by what they mean: a Cooldown of 0 and a FailureRate with MinRequests 0 are refused. A Window
+// of 0 is accepted (counts kept until the breaker changes state); configuration refuses it on
+// its own.
+func (r BreakerRules) Problems() []BreakerRuleProblem {
+	var ps []BreakerRuleProblem
+	add := func(key, must string, got any) {
+		ps = append(ps, BreakerRuleProblem{Key: key, Must: must, Got: got})
+	}
+	if r.ConsecutiveFailures < 0 {
+		add("consecutive_failures", "must be >= 0 (0: off)", nil)
+	}
+	if r.FailuresInWindow < 0 {
+		add("failures_in_window", "must be >= 0 (0: off)", nil)
+	}
+	// Written so that NaN, which compares false with everything, is refused too.
+	if !(r.FailureRate >= 0 && r.FailureRate <= 1) {
+		add("failure_rate", "must be between 0 and 1 (0: off)", r.FailureRate)
+	}
+	switch {
+	case r.FailureRate > 0 && r.MinRequests < 1:
+		// 0 means resilience.DefaultMinRequests, filled in before anyone applies the rules: read
+		// as anything else, a store would trip the fleet on other terms than each instance.
+		add("min_requests", "must be >= 1 when failure_rate is set", nil)
+	case r.MinRequests < 0:
+		add("min_requests", "must be >= 0", nil)
+	}
+	if r.Window < 0 {
+		add("window", "must be >= 0 (0: no rolling window)", nil)
+	}
+	if r.Cooldown <= 0 {
+		add("cooldown", "must be > 0", nil)
+	}
+	return ps
+}
+
+// Validate returns an error listing r's Problems, or nil when it has none.
+func (r BreakerRules) Validate() error {
+	ps := r.Problems()
+	if len(ps) == 0 {
+		return nil
+	}
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return errors.New("breaker rules: " + strings.Join(lines, "; "))
 }
 
 // BreakerReport is what one instance saw of one breaker's counted calls since its last report,

@@ -627,17 +627,8 @@ func checkBreakerName(op, breaker string) error {
 }
 
 func checkRules(op string, r payrouter.BreakerRules) error {
-	switch {
-	case r.Cooldown <= 0:
-		return fmt.Errorf("redisstore: %s: rules: cooldown %v must be positive", op, r.Cooldown)
-	case r.ConsecutiveFailures < 0, r.FailuresInWindow < 0, r.MinRequests < 0, r.Window < 0:
-		return fmt.Errorf("redisstore: %s: rules %+v: counts and window must be >= 0", op, r)
-	case !(r.FailureRate >= 0 && r.FailureRate <= 1): // NaN too
-		return fmt.Errorf("redisstore: %s: rules: failure rate %v must be within [0, 1]", op, r.FailureRate)
-	case r.FailureRate > 0 && r.MinRequests < 1:
-		// 0 means resilience.DefaultMinRequests, filled in before a store sees the rules: a
-		// store reading it as anything else would trip the fleet on other terms than each instance.
-		return fmt.Errorf("redisstore: %s: rules: min requests %d must be >= 1 with a failure rate", op, r.MinRequests)
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return nil
 }
