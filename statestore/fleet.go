@@ -18,7 +18,7 @@ import (
 // error into one wrapping ErrDown (marking the store down), so that callers need check only
 // ErrDown.
 func (s *Store) fleetCall(ctx context.Context, what string, call func() error) error {
-	if err := s.downErr(); err != nil {
+	if err := s.watch.Err(ErrDown); err != nil {
 		return fmt.Errorf("statestore: %s: %w", what, err)
 	}
 	err := call()
