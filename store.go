@@ -285,8 +285,11 @@ type SharedBreaker struct {
 	Open     bool
 	OpenFor  time.Duration
 	HalfOpen bool
-	Forced   Forced
-	Counts   BreakerCounts
+	// Gen is the generation of the opening while open or half-open (TakeTrial hands its trial
+	// slots out); 0 while closed.
+	Gen    TrialGen
+	Forced Forced
+	Counts BreakerCounts
 }
 
 // BreakerEventKind says what changed in a BreakerEvent.
@@ -310,6 +313,14 @@ type BreakerEvent struct {
 	Origin  string           `json:"origin,omitempty"`   // the instance that caused it
 }
 
+// TrialGen is the generation of a fleet's breaker: every opening starts a new one, and the
+// half-open period that follows the cooldown is that generation's. A trial slot carries the
+// generation it was taken in, and what its holder reports (success, failure, or the slot given
+// back) counts only while the breaker is half-open in that generation, as gobreaker's own
+// generations do: a trial that outlived its half-open period must not close, reopen or free a
+// slot of a later one. 0 is no generation.
+type TrialGen uint64
+
 // FleetBreakers keeps the breaker state a fleet of instances shares (docs/architecture.md,
 // Breakers). No method is ever called to admit a customer call while the breaker is closed:
 // admission is local, and these calls report to the fleet and learn from it.
@@ -319,18 +330,22 @@ type FleetBreakers interface {
 	// published, and opened is true. Outcomes reported while the breaker is open or half-open are
 	// dropped.
 	ReportOutcomes(ctx context.Context, breaker string, rules BreakerRules, r BreakerReport, origin string) (opened bool, counts BreakerCounts, err error)
-	// OpenBreaker opens the breaker for cooldown (an instance's own counts tripped it, or a trial
-	// failed), clears its counts and trials, and publishes BreakerOpened; opened is false when it
-	// was already open, which it then leaves as it was.
-	OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts BreakerCounts, origin string) (opened bool, err error)
-	// TakeTrial takes one of max trial slots of a half-open breaker; false when it is still open,
-	// closed, or every slot is taken. ttl frees a slot whose holder never reports.
-	TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (bool, error)
-	// ReturnTrial gives a trial slot back unused (the call was never made or said nothing).
-	ReturnTrial(ctx context.Context, breaker string) error
-	// TrialSucceeded counts a successful trial; when max have succeeded the breaker is closed,
-	// its counts cleared, BreakerClosed published, and closed is true.
-	TrialSucceeded(ctx context.Context, breaker string, max int, origin string) (closed bool, err error)
+	// OpenBreaker opens the breaker for cooldown, clears its counts and trials, starts a new
+	// TrialGen and publishes BreakerOpened. With trial 0 an instance's own counts tripped it, and
+	// it opens unless open already; with a trial's TrialGen that trial failed, and it reopens
+	// only a breaker still half-open in that generation. opened is false when nothing changed.
+	OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts BreakerCounts, trial TrialGen, origin string) (opened bool, err error)
+	// TakeTrial takes one of max trial slots of a half-open breaker and returns the generation
+	// it belongs to; 0 when it is still open, closed, or every slot is taken. ttl frees a slot
+	// whose holder never reports.
+	TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (TrialGen, error)
+	// ReturnTrial gives a slot of generation gen back unused (the call was never made or said
+	// nothing); dropped when the breaker has moved on from gen.
+	ReturnTrial(ctx context.Context, breaker string, gen TrialGen) error
+	// TrialSucceeded counts a successful trial of generation gen; when max have succeeded the
+	// breaker is closed, its counts cleared, BreakerClosed published, and closed is true. A
+	// success of another generation than the breaker's half-open one is dropped.
+	TrialSucceeded(ctx context.Context, breaker string, gen TrialGen, max int, origin string) (closed bool, err error)
 	// CloseBreaker closes a half-open breaker at once (the out-of-band prober's verdict) and
 	// publishes BreakerClosed; closed is false when it was not half-open.
 	CloseBreaker(ctx context.Context, breaker, origin string) (closed bool, err error)

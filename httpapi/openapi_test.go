@@ -1135,14 +1135,16 @@ var (
 func (unreachableFleet) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {
 	return false, payrouter.BreakerCounts{}, errFleetDown
 }
-func (unreachableFleet) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, string) (bool, error) {
+func (unreachableFleet) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, payrouter.TrialGen, string) (bool, error) {
 	return false, errFleetDown
 }
-func (unreachableFleet) TakeTrial(context.Context, string, int, time.Duration) (bool, error) {
-	return false, errFleetDown
+func (unreachableFleet) TakeTrial(context.Context, string, int, time.Duration) (payrouter.TrialGen, error) {
+	return 0, errFleetDown
 }
-func (unreachableFleet) ReturnTrial(context.Context, string) error { return errFleetDown }
-func (unreachableFleet) TrialSucceeded(context.Context, string, int, string) (bool, error) {
+func (unreachableFleet) ReturnTrial(context.Context, string, payrouter.TrialGen) error {
+	return errFleetDown
+}
+func (unreachableFleet) TrialSucceeded(context.Context, string, payrouter.TrialGen, int, string) (bool, error) {
 	return false, errFleetDown
 }
 func (unreachableFleet) CloseBreaker(context.Context, string, string) (bool, error) {

@@ -93,7 +93,7 @@ func TestLosingRedisLosesOnlyCoordination(t *testing.T) {
 	if _, _, err := s.ReportOutcomes(ctx, "ding/charge", rules, failure(2), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, "a"); err != nil {
+	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, 0, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ForceBreaker(ctx, "tranglo/charge", payrouter.ForcedOpen, "a"); err != nil {

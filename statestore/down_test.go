@@ -54,12 +54,15 @@ func TestFleetWhileDown(t *testing.T) {
 			return err
 		}},
 		{"OpenBreaker", func(s *Store) error {
-			_, err := s.OpenBreaker(t.Context(), "paywell/charge", time.Second, payrouter.BreakerCounts{}, "i1")
+			_, err := s.OpenBreaker(t.Context(), "paywell/charge", time.Second, payrouter.BreakerCounts{}, 0, "i1")
 			return err
 		}},
 		{"TakeTrial", func(s *Store) error { _, err := s.TakeTrial(t.Context(), "paywell/charge", 1, time.Second); return err }},
-		{"ReturnTrial", func(s *Store) error { return s.ReturnTrial(t.Context(), "paywell/charge") }},
-		{"TrialSucceeded", func(s *Store) error { _, err := s.TrialSucceeded(t.Context(), "paywell/charge", 1, "i1"); return err }},
+		{"ReturnTrial", func(s *Store) error { return s.ReturnTrial(t.Context(), "paywell/charge", 1) }},
+		{"TrialSucceeded", func(s *Store) error {
+			_, err := s.TrialSucceeded(t.Context(), "paywell/charge", 1, 1, "i1")
+			return err
+		}},
 		{"CloseBreaker", func(s *Store) error { _, err := s.CloseBreaker(t.Context(), "paywell/charge", "i1"); return err }},
 		{"ForceBreaker", func(s *Store) error {
 			return s.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1")

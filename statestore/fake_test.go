@@ -112,17 +112,19 @@ func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerR
 	return false, payrouter.BreakerCounts{}, f.enter()
 }
 
-func (f *fakePrimary) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, string) (bool, error) {
+func (f *fakePrimary) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, payrouter.TrialGen, string) (bool, error) {
 	return true, f.enter()
 }
 
-func (f *fakePrimary) TakeTrial(context.Context, string, int, time.Duration) (bool, error) {
-	return true, f.enter()
+func (f *fakePrimary) TakeTrial(context.Context, string, int, time.Duration) (payrouter.TrialGen, error) {
+	return 1, f.enter()
 }
 
-func (f *fakePrimary) ReturnTrial(context.Context, string) error { return f.enter() }
+func (f *fakePrimary) ReturnTrial(context.Context, string, payrouter.TrialGen) error {
+	return f.enter()
+}
 
-func (f *fakePrimary) TrialSucceeded(context.Context, string, int, string) (bool, error) {
+func (f *fakePrimary) TrialSucceeded(context.Context, string, payrouter.TrialGen, int, string) (bool, error) {
 	return true, f.enter()
 }
 
