@@ -2,6 +2,9 @@ package payrouter
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -80,15 +83,6 @@ const (
 	ForcedOpen   Forced = "open"
 	ForcedClosed Forced = "closed"
 )
-
-// BreakerStateStore keeps the breaker state that outlives one process or is shared by a fleet.
-type BreakerStateStore interface {
-	// SetForced records a forced state for the breaker named "<gateway>/<operation>"; ForcedNone
-	// clears it.
-	SetForced(ctx context.Context, breaker string, f Forced) error
-	// ForcedStates returns every breaker with a forced state.
-	ForcedStates(ctx context.Context) (map[string]Forced, error)
-}
 
 // RefundChange is one move of a refund, with what it does to its charge and the task that
 // follows it up, written together or not at all (RefundStore.ChangeRefund).
@@ -235,6 +229,73 @@ func (r BreakerRules) Trips() bool {
 	return r.ConsecutiveFailures > 0 || r.FailuresInWindow > 0 || r.FailureRate > 0
 }
 
+// BreakerRuleProblem is one thing wrong with a BreakerRules: the yaml key of the field, what it
+// must be, and the value when the message shows it.
+type BreakerRuleProblem struct {
+	Key  string // "failure_rate"
+	Must string // "must be between 0 and 1 (0: off)"
+	Got  any    // the value, for the message; nil: not shown
+}
+
+// String is the problem as one line, "failure_rate: must be between 0 and 1 (0: off), got 1.5".
+func (p BreakerRuleProblem) String() string {
+	if p.Got == nil {
+		return p.Key + ": " + p.Must
+	}
+	return fmt.Sprintf("%s: %s, got %v", p.Key, p.Must, p.Got)
+}
+
+// Problems returns what is wrong with r, in the order of its fields, or nil: the one check of
+// trip rules, which configuration (for a file's gateways.<name>.breaker) and every shared store
+// (for the rules it is given) make. It takes r as a store gets it, zero values already replaced
+// by what they mean: a Cooldown of 0 and a FailureRate with MinRequests 0 are refused. A Window
+// of 0 is accepted (counts kept until the breaker changes state); configuration refuses it on
+// its own.
+func (r BreakerRules) Problems() []BreakerRuleProblem {
+	var ps []BreakerRuleProblem
+	add := func(key, must string, got any) {
+		ps = append(ps, BreakerRuleProblem{Key: key, Must: must, Got: got})
+	}
+	if r.ConsecutiveFailures < 0 {
+		add("consecutive_failures", "must be >= 0 (0: off)", nil)
+	}
+	if r.FailuresInWindow < 0 {
+		add("failures_in_window", "must be >= 0 (0: off)", nil)
+	}
+	// Written so that NaN, which compares false with everything, is refused too.
+	if !(r.FailureRate >= 0 && r.FailureRate <= 1) {
+		add("failure_rate", "must be between 0 and 1 (0: off)", r.FailureRate)
+	}
+	switch {
+	case r.FailureRate > 0 && r.MinRequests < 1:
+		// 0 means resilience.DefaultMinRequests, filled in before anyone applies the rules: read
+		// as anything else, a store would trip the fleet on other terms than each instance.
+		add("min_requests", "must be >= 1 when failure_rate is set", nil)
+	case r.MinRequests < 0:
+		add("min_requests", "must be >= 0", nil)
+	}
+	if r.Window < 0 {
+		add("window", "must be >= 0 (0: no rolling window)", nil)
+	}
+	if r.Cooldown <= 0 {
+		add("cooldown", "must be > 0", nil)
+	}
+	return ps
+}
+
+// Validate returns an error listing r's Problems, or nil when it has none.
+func (r BreakerRules) Validate() error {
+	ps := r.Problems()
+	if len(ps) == 0 {
+		return nil
+	}
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return errors.New("breaker rules: " + strings.Join(lines, "; "))
+}
+
 // BreakerReport is what one instance saw of one breaker's counted calls since its last report,
 // in their order compressed: Successes and Failures are totals, TrailingFailures is how many of
 // the failures came after the last success (all of them when Successes is 0).
@@ -258,8 +319,11 @@ type SharedBreaker struct {
 	Open     bool
 	OpenFor  time.Duration
 	HalfOpen bool
-	Forced   Forced
-	Counts   BreakerCounts
+	// Gen is the generation of the opening while open or half-open (TakeTrial hands its trial
+	// slots out); 0 while closed.
+	Gen    TrialGen
+	Forced Forced
+	Counts BreakerCounts
 }
 
 // BreakerEventKind says what changed in a BreakerEvent.
@@ -283,6 +347,14 @@ type BreakerEvent struct {
 	Origin  string           `json:"origin,omitempty"`   // the instance that caused it
 }
 
+// TrialGen is the generation of a fleet's breaker: every opening starts a new one, and the
+// half-open period that follows the cooldown is that generation's. A trial slot carries the
+// generation it was taken in, and what its holder reports (success, failure, or the slot given
+// back) counts only while the breaker is half-open in that generation, as gobreaker's own
+// generations do: a trial that outlived its half-open period must not close, reopen or free a
+// slot of a later one. 0 is no generation.
+type TrialGen uint64
+
 // FleetBreakers keeps the breaker state a fleet of instances shares (docs/architecture.md,
 // Breakers). No method is ever called to admit a customer call while the breaker is closed:
 // admission is local, and these calls report to the fleet and learn from it.
@@ -292,23 +364,27 @@ type FleetBreakers interface {
 	// published, and opened is true. Outcomes reported while the breaker is open or half-open are
 	// dropped.
 	ReportOutcomes(ctx context.Context, breaker string, rules BreakerRules, r BreakerReport, origin string) (opened bool, counts BreakerCounts, err error)
-	// OpenBreaker opens the breaker for cooldown (an instance's own counts tripped it, or a trial
-	// failed), clears its counts and trials, and publishes BreakerOpened; opened is false when it
-	// was already open, which it then leaves as it was.
-	OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts BreakerCounts, origin string) (opened bool, err error)
-	// TakeTrial takes one of max trial slots of a half-open breaker; false when it is still open,
-	// closed, or every slot is taken. ttl frees a slot whose holder never reports.
-	TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (bool, error)
-	// ReturnTrial gives a trial slot back unused (the call was never made or said nothing).
-	ReturnTrial(ctx context.Context, breaker string) error
-	// TrialSucceeded counts a successful trial; when max have succeeded the breaker is closed,
-	// its counts cleared, BreakerClosed published, and closed is true.
-	TrialSucceeded(ctx context.Context, breaker string, max int, origin string) (closed bool, err error)
+	// OpenBreaker opens the breaker for cooldown, clears its counts and trials, starts a new
+	// TrialGen and publishes BreakerOpened. With trial 0 an instance's own counts tripped it, and
+	// it opens unless open already; with a trial's TrialGen that trial failed, and it reopens
+	// only a breaker still half-open in that generation. opened is false when nothing changed.
+	OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts BreakerCounts, trial TrialGen, origin string) (opened bool, err error)
+	// TakeTrial takes one of max trial slots of a half-open breaker and returns the generation
+	// it belongs to; 0 when it is still open, closed, or every slot is taken. ttl frees a slot
+	// whose holder never reports.
+	TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (TrialGen, error)
+	// ReturnTrial gives a slot of generation gen back unused (the call was never made or said
+	// nothing); dropped when the breaker has moved on from gen.
+	ReturnTrial(ctx context.Context, breaker string, gen TrialGen) error
+	// TrialSucceeded counts a successful trial of generation gen; when max have succeeded the
+	// breaker is closed, its counts cleared, BreakerClosed published, and closed is true. A
+	// success of another generation than the breaker's half-open one is dropped.
+	TrialSucceeded(ctx context.Context, breaker string, gen TrialGen, max int, origin string) (closed bool, err error)
 	// CloseBreaker closes a half-open breaker at once (the out-of-band prober's verdict) and
 	// publishes BreakerClosed; closed is false when it was not half-open.
 	CloseBreaker(ctx context.Context, breaker, origin string) (closed bool, err error)
-	// ForceBreaker sets or clears (ForcedNone) a forced state and publishes BreakerForced. It is
-	// BreakerStateStore.SetForced with the news told to every instance.
+	// ForceBreaker sets or clears (ForcedNone) a forced state of the breaker named
+	// "<gateway>/<operation>" and publishes BreakerForced. A forced state has no expiry.
 	ForceBreaker(ctx context.Context, breaker string, f Forced, origin string) error
 	// ResetBreaker closes the breaker, clears its counts, trials and forcing, and publishes
 	// BreakerReset.

@@ -236,24 +236,31 @@ func loopbackHost(host string) bool {
 }
 
 func (v *validator) breaker(p string, b resilience.BreakerSettings) {
-	if b.ConsecutiveFailures < 0 {
-		v.addf(p+".consecutive_failures", "must be >= 0 (0: off)")
+	// The trip rules are checked as every shared store checks them, but a file must give a
+	// window: that stricter rule stands in for the rules' own, in its place.
+	windowChecked := false
+	checkWindow := func() {
+		if !windowChecked {
+			windowChecked = true
+			v.positive(p+".window", b.Window)
+		}
 	}
-	if b.FailuresInWindow < 0 {
-		v.addf(p+".failures_in_window", "must be >= 0 (0: off)")
+	for _, pr := range b.BreakerRules.Problems() {
+		path := p + "." + pr.Key
+		switch {
+		case pr.Key == "window":
+			checkWindow()
+			continue
+		case pr.Key == "cooldown":
+			checkWindow()
+		}
+		if pr.Got != nil {
+			v.addf(path, "%s, got %s", pr.Must, v.show(path, pr.Got))
+			continue
+		}
+		v.addf(path, "%s", pr.Must)
 	}
-	// Written so that NaN, which compares false with everything, is refused too.
-	if !(b.FailureRate >= 0 && b.FailureRate <= 1) {
-		v.addf(p+".failure_rate", "must be between 0 and 1 (0: off), got %s", v.show(p+".failure_rate", b.FailureRate))
-	}
-	switch {
-	case b.FailureRate > 0 && b.MinRequests < 1:
-		v.addf(p+".min_requests", "must be >= 1 when failure_rate is set")
-	case b.MinRequests < 0:
-		v.addf(p+".min_requests", "must be >= 0")
-	}
-	v.positive(p+".window", b.Window)
-	v.positive(p+".cooldown", b.Cooldown)
+	checkWindow()
 	if b.HalfOpenRequests < 1 {
 		v.addf(p+".half_open_requests", "must be >= 1")
 	}

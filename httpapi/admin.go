@@ -60,7 +60,8 @@ func (s *server) listBreakers(c echo.Context) error {
 // With a shared store the change is the fleet's: it applies here at once, and reaches every
 // instance through the store; when the store does not answer it still applies here (ops must be
 // able to act while Redis is down), the answer says so in a Warning header, and it is shared as
-// soon as the store is back. Without one, the store remembers the forced state first.
+// soon as the store is back. Without one, the breaker is this instance's alone, and so is the
+// change.
 func (s *server) breakerAction(c echo.Context) error {
 	gateway, op := c.Param("gateway"), payrouter.Operation(c.Param("operation"))
 	b := s.Domains.Breaker(gateway, op)
@@ -84,16 +85,10 @@ func (s *server) breakerAction(c echo.Context) error {
 			s.Log.Warn("breaker.share_failed", "breaker", name, "action", c.Param("action"), "err", err.Error())
 			c.Response().Header().Set("Warning", `199 payrouter "applied to this instance only until the state store answers"`)
 		}
+	} else if forced == payrouter.ForcedNone {
+		b.Reset()
 	} else {
-		if err := s.Forced.SetForced(c.Request().Context(), name, forced); err != nil {
-			return s.writeError(c, "breaker.force_store_failed",
-				withDetail(fmt.Errorf("breaker %s: %w", name, err), "the state store did not take the change; nothing was changed"))
-		}
-		if forced == payrouter.ForcedNone {
-			b.Reset()
-		} else {
-			b.Force(forced)
-		}
+		b.Force(forced)
 	}
 	s.Log.Info("breaker."+c.Param("action"), "breaker", name)
 	return c.JSON(http.StatusOK, breakerViewOf(b.Snapshot()))

@@ -38,10 +38,8 @@ type Deps struct {
 	// Credentials are the API keys and the admin token; a reload may change them.
 	Credentials *Credentials
 	Router      *routing.Router
-	// Store is the money state; Forced keeps the breakers' forced states (in Redis for a fleet,
-	// else beside the money state in memory).
-	Store  payrouter.Store
-	Forced payrouter.BreakerStateStore
+	// Store is the money state.
+	Store payrouter.Store
 	// Coordination, when set, is pinged by /readyz beside Store: the fleet's Redis.
 	Coordination interface{ Ping(context.Context) error }
 	Domains      *resilience.Domains

@@ -105,7 +105,7 @@ func buildStack(t testing.TB, adminToken string, hold time.Duration, network *me
 	}
 	st.keys = &keyRecorder{Store: store}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: st.keys, Forced: store,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: st.keys,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Log:      slog.New(slog.NewJSONHandler(st.log, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},

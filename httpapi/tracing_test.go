@@ -93,7 +93,7 @@ func newTracedStack(t *testing.T) *tracedStack {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1"}, ""), Router: st.router, Store: st.store, Forced: st.store, Domains: st.domains, Metrics: metrics,
+		Credentials: NewCredentials([]string{"key-1"}, ""), Router: st.router, Store: st.store, Domains: st.domains, Metrics: metrics,
 		IdempotencyTTL: time.Hour, Hold: time.Minute, Log: telemetry.NewLogger(ts.log),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}

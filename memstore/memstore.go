@@ -59,9 +59,6 @@ type Store struct {
 	// handed out twice, even to a key forgotten and claimed anew.
 	tokens atomic.Int64
 
-	forcedMu sync.RWMutex
-	forced   map[string]payrouter.Forced
-
 	// queueMu guards refunds and the task queue (queue.go).
 	queueMu  sync.Mutex
 	refunds  map[string]*payrouter.Refund
@@ -75,10 +72,7 @@ type Store struct {
 	refundsOf map[string][]string
 }
 
-var (
-	_ payrouter.Store             = (*Store)(nil)
-	_ payrouter.BreakerStateStore = (*Store)(nil)
-)
+var _ payrouter.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -100,7 +94,6 @@ func New(opts ...Option) *Store {
 		charges:  make(map[string]*payrouter.Charge),
 		byStatus: make(map[payrouter.ChargeStatus]map[string]struct{}),
 		idem:     make(map[string]idemEntry),
-		forced:   make(map[string]payrouter.Forced),
 		refunds:  make(map[string]*payrouter.Refund),
 
 		events:    make(map[string]*ownerEvents),

@@ -23,7 +23,6 @@ func newStore(tb testing.TB, opts ...memstore.Option) *memstore.Store {
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) payrouter.Store { return newStore(t) })
-	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore { return newStore(t) })
 }
 
 // The suite holds with bounds on too: nothing it stores is dropped while it runs.
@@ -218,13 +217,8 @@ func everyCall(s *memstore.Store) map[string]func(ctx context.Context) error {
 		"Complete": func(ctx context.Context) error {
 			return s.Complete(ctx, payrouter.Hold{Key: "k", Token: 1}, payrouter.IdempotencyRecord{}, time.Minute)
 		},
-		"Release":   func(ctx context.Context) error { return s.Release(ctx, payrouter.Hold{Key: "k", Token: 1}) },
-		"SetForced": func(ctx context.Context) error { return s.SetForced(ctx, "paywell/charge", payrouter.ForcedOpen) },
-		"ForcedStates": func(ctx context.Context) error {
-			_, err := s.ForcedStates(ctx)
-			return err
-		},
-		"Ping": func(ctx context.Context) error { return s.Ping(ctx) },
+		"Release": func(ctx context.Context) error { return s.Release(ctx, payrouter.Hold{Key: "k", Token: 1}) },
+		"Ping":    func(ctx context.Context) error { return s.Ping(ctx) },
 	}
 }
 

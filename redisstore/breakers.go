@@ -15,19 +15,25 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// The fleet's breakers in Redis (docs/architecture.md, Breakers). Each breaker has five keys
+// The fleet's breakers in Redis (docs/architecture.md, Breakers). Each breaker has six keys
 // sharing the hash tag {<breaker>}, so that every script below touches one Cluster slot:
 //
-//	<prefix>breaker:{<breaker>}:tripped  opened and not closed since: open or half-open
+//	<prefix>breaker:{<breaker>}:tripped  opened and not closed since: open or half-open; its
+//	                                     value is the generation of that opening
 //	<prefix>breaker:{<breaker>}:open     present for the cooldown: open
 //	<prefix>breaker:{<breaker>}:window   hash: s:<bucket>, f:<bucket> (successes, failures),
 //	                                     c (failures in a row), w (bucket width, ms), n (buckets)
 //	<prefix>breaker:{<breaker>}:trials   trial slots taken while half-open
 //	<prefix>breaker:{<breaker>}:trialok  trials that succeeded
+//	<prefix>breaker:{<breaker>}:gen      the last generation handed out (payrouter.TrialGen)
 //
 // Half-open needs no timer: it is tripped without open, which is what the open key's expiry
-// leaves behind. Forced states are one hash for every breaker, <prefix>breakers:forced, so that
-// ForcedStates is one read; no multi-key script touches it, so its slot does not matter.
+// leaves behind. Every opening takes the next generation (INCR gen) and writes it into tripped;
+// a trial slot is handed out with it, and a trial's report (TrialSucceeded, ReturnTrial, the
+// OpenBreaker of a failed trial) is dropped unless tripped still holds it. gen outlives closing
+// and ResetBreaker, so that a generation is never handed out twice while a trial of it may run. Forced states are one hash for every breaker, <prefix>breakers:forced, so that
+// BreakerStates reads them all at once; no multi-key script touches it, so its slot does not
+// matter.
 // Transitions are published, as JSON BreakerEvents, on the channel <prefix>breakers.
 
 // stateTTL is how long a breaker's keys outlive their last write. Nothing relies on it: it is a
@@ -47,6 +53,7 @@ const (
 	keyWindow
 	keyTrials
 	keyTrialOK
+	keyGen
 )
 
 func (s *Store) breakerKeys(breaker string) []string {
@@ -56,6 +63,7 @@ func (s *Store) breakerKeys(breaker string) []string {
 		s.key("breaker", breaker, "window"),
 		s.key("breaker", breaker, "trials"),
 		s.key("breaker", breaker, "trialok"),
+		s.key("breaker", breaker, "gen"),
 	}
 }
 
@@ -66,7 +74,7 @@ func (s *Store) breakerChannel() string { return s.opts.Prefix + "breakers" }
 // so. It reads the time from Redis, never from the caller, so that instances whose clocks
 // disagree still share one window.
 //
-// KEYS: tripped, open, window, trials, trialok.
+// KEYS: tripped, open, window, trials, trialok, gen.
 // ARGV: successes, failures, trailing failures, consecutive-failures rule, failures-in-window
 // rule, failure rate, min requests, bucket width in ms (0: no window), buckets, cooldown in ms,
 // tripped ttl in ms, state ttl in ms, channel, the opened event up to its counts.
@@ -142,7 +150,9 @@ local trip = add_f > 0 and (
 if not trip then
   return {0, answered, failures, consecutive}
 end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[11])
+local gen = redis.call('INCR', KEYS[6])
+redis.call('PEXPIRE', KEYS[6], ARGV[11])
+redis.call('SET', KEYS[1], gen, 'PX', ARGV[11])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[10])
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('PUBLISH', ARGV[13], ARGV[14] .. string.format(
@@ -150,15 +160,21 @@ redis.call('PUBLISH', ARGV[13], ARGV[14] .. string.format(
 return {1, answered, failures, consecutive}
 `)
 
-// openScript opens a breaker that is not open: closed, or half-open after a failed trial.
+// openScript opens a breaker that is not open: closed, or (a failed trial of generation ARGV[5],
+// not 0) half-open in that generation.
 //
-// KEYS: tripped, open, window, trials, trialok.
-// ARGV: cooldown in ms, tripped ttl in ms, channel, the opened event.
+// KEYS: tripped, open, window, trials, trialok, gen.
+// ARGV: cooldown in ms, tripped ttl in ms, channel, the opened event, the trial's generation.
 var openScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+if ARGV[5] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[5] then
+  return 0
+end
+local gen = redis.call('INCR', KEYS[6])
+redis.call('PEXPIRE', KEYS[6], ARGV[2])
+redis.call('SET', KEYS[1], gen, 'PX', ARGV[2])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('PUBLISH', ARGV[3], ARGV[4])
@@ -167,10 +183,12 @@ return 1
 
 // takeTrialScript counts slots taken instead of holding one key per slot: ReturnTrial and the
 // ttl then need no slot identity, at the price of every slot expiring ttl after the last take.
+// It returns the generation the slot belongs to, 0 for none.
 //
 // KEYS: tripped, open, trials. ARGV: max, ttl in ms.
 var takeTrialScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+local gen = redis.call('GET', KEYS[1])
+if not gen or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[1]) then
@@ -178,28 +196,33 @@ if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[1]) then
 end
 redis.call('INCR', KEYS[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return 1
+return tonumber(gen)
 `)
 
 // returnTrialScript never lets the count go below zero: a slot returned after its ttl freed it,
-// or after the breaker closed, must not hand out an extra slot later.
+// or after the breaker closed, must not hand out an extra slot later; and a slot of another
+// generation than the breaker's is not its to free.
 //
-// KEYS: trials.
+// KEYS: tripped, trials. ARGV: the slot's generation.
 var returnTrialScript = redis.NewScript(`
-local taken = tonumber(redis.call('GET', KEYS[1]) or '0')
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local taken = tonumber(redis.call('GET', KEYS[2]) or '0')
 if taken > 0 then
-  redis.call('DECR', KEYS[1])
+  redis.call('DECR', KEYS[2])
 end
 return 0
 `)
 
-// trialSucceededScript counts successes only while half-open, so a late report from a trial of
-// an earlier half-open period cannot close a breaker that has since reopened.
+// trialSucceededScript counts successes only while half-open in the trial's generation, so a
+// late report from a trial of an earlier half-open period cannot close a breaker that has since
+// reopened, nor count in its next half-open period.
 //
-// KEYS: tripped, open, window, trials, trialok. ARGV: max, state ttl in ms, channel, the closed
-// event.
+// KEYS: tripped, open, window, trials, trialok, gen. ARGV: max, state ttl in ms, channel, the
+// closed event, the trial's generation.
 var trialSucceededScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('GET', KEYS[1]) ~= ARGV[5] or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 local ok = redis.call('INCR', KEYS[5])
@@ -215,7 +238,7 @@ return 1
 // closeScript closes a half-open breaker only: the prober's verdict must not close a breaker
 // that another instance has just reopened.
 //
-// KEYS: tripped, open, window, trials, trialok. ARGV: channel, the closed event.
+// KEYS: tripped, open, window, trials, trialok, gen. ARGV: channel, the closed event.
 var closeScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
@@ -238,28 +261,6 @@ end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 `)
-
-// SetForced records a forced state for the breaker and tells every instance watching: it is
-// ForceBreaker with no origin, so an admin call through either interface has the same effect.
-func (s *Store) SetForced(ctx context.Context, breaker string, f payrouter.Forced) error {
-	return s.forceBreaker(ctx, "set forced", breaker, f, "")
-}
-
-// ForcedStates returns every forced breaker in one read; the map is the caller's own, and empty,
-// never nil, when no breaker is forced.
-func (s *Store) ForcedStates(ctx context.Context) (map[string]payrouter.Forced, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	all, err := s.rdb.HGetAll(ctx, s.forcedKey()).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: forced states: %w", err)
-	}
-	forced := make(map[string]payrouter.Forced, len(all))
-	for breaker, f := range all {
-		forced[breaker] = payrouter.Forced(f)
-	}
-	return forced, nil
-}
 
 // ReportOutcomes adds one instance's report to the fleet's window and trips the breaker when the
 // rules say so, in one script run: the window, the rules and the transition are one atomic
@@ -316,8 +317,8 @@ func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrou
 }
 
 // OpenBreaker opens the breaker unless it is open already; a half-open breaker counts as not
-// open, which is how a failed trial reopens it.
-func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts payrouter.BreakerCounts, origin string) (bool, error) {
+// open, which is how a failed trial (trial, its generation) reopens it, once.
+func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts payrouter.BreakerCounts, trial payrouter.TrialGen, origin string) (bool, error) {
 	const op = "open breaker"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return false, err
@@ -334,23 +335,23 @@ func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.D
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	n, err := openScript.Run(ctx, s.rdb, s.breakerKeys(breaker),
-		positiveMillis(cooldown), positiveMillis(cooldown+stateTTL), s.breakerChannel(), event).Int64()
+		positiveMillis(cooldown), positiveMillis(cooldown+stateTTL), s.breakerChannel(), event, genArg(trial)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}
 	return n == 1, nil
 }
 
-// TakeTrial takes a trial slot of a half-open breaker. A max below 1 is 1, as gobreaker's
-// MaxRequests 0 is. The slots taken expire together, ttl after the last take: a crashed holder
-// delays the next trials by at most ttl.
-func (s *Store) TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (bool, error) {
+// TakeTrial takes a trial slot of a half-open breaker and returns its generation (0: none
+// taken). A max below 1 is 1, as gobreaker's MaxRequests 0 is. The slots taken expire together,
+// ttl after the last take: a crashed holder delays the next trials by at most ttl.
+func (s *Store) TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (payrouter.TrialGen, error) {
 	const op = "take trial"
 	if err := checkBreakerName(op, breaker); err != nil {
-		return false, err
+		return 0, err
 	}
 	if ttl <= 0 {
-		return false, fmt.Errorf("redisstore: %s %s: ttl %v must be positive", op, breaker, ttl)
+		return 0, fmt.Errorf("redisstore: %s %s: ttl %v must be positive", op, breaker, ttl)
 	}
 	keys := s.breakerKeys(breaker)
 	ctx, cancel := s.bound(ctx)
@@ -358,29 +359,34 @@ func (s *Store) TakeTrial(ctx context.Context, breaker string, max int, ttl time
 	n, err := takeTrialScript.Run(ctx, s.rdb, []string{keys[keyTripped], keys[keyOpen], keys[keyTrials]},
 		atLeastOne(max), positiveMillis(ttl)).Int64()
 	if err != nil {
-		return false, fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
+		return 0, fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}
-	return n == 1, nil
+	if n < 0 {
+		return 0, fmt.Errorf("redisstore: %s %s: script answered %d", op, breaker, n)
+	}
+	return payrouter.TrialGen(n), nil
 }
 
-// ReturnTrial gives a slot back so that another instance can run the trial; returning a slot
-// that is no longer counted (expired, or the breaker moved on) changes nothing.
-func (s *Store) ReturnTrial(ctx context.Context, breaker string) error {
+// ReturnTrial gives a slot of generation gen back so that another instance can run the trial;
+// returning a slot that is no longer counted (expired, or the breaker moved on) changes nothing.
+func (s *Store) ReturnTrial(ctx context.Context, breaker string, gen payrouter.TrialGen) error {
 	const op = "return trial"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if err := returnTrialScript.Run(ctx, s.rdb, []string{s.breakerKeys(breaker)[keyTrials]}).Err(); err != nil {
+	keys := s.breakerKeys(breaker)
+	if err := returnTrialScript.Run(ctx, s.rdb, []string{keys[keyTripped], keys[keyTrials]}, genArg(gen)).Err(); err != nil {
 		return fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}
 	return nil
 }
 
 // TrialSucceeded counts a successful trial of a half-open breaker and closes it at the max-th
-// (a max below 1 is 1). A success reported while the breaker is not half-open is dropped.
-func (s *Store) TrialSucceeded(ctx context.Context, breaker string, max int, origin string) (bool, error) {
+// (a max below 1 is 1). A success reported while the breaker is not half-open in generation
+// gen is dropped.
+func (s *Store) TrialSucceeded(ctx context.Context, breaker string, gen payrouter.TrialGen, max int, origin string) (bool, error) {
 	const op = "trial succeeded"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return false, err
@@ -392,7 +398,7 @@ func (s *Store) TrialSucceeded(ctx context.Context, breaker string, max int, ori
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	n, err := trialSucceededScript.Run(ctx, s.rdb, s.breakerKeys(breaker),
-		atLeastOne(max), positiveMillis(stateTTL), s.breakerChannel(), event).Int64()
+		atLeastOne(max), positiveMillis(stateTTL), s.breakerChannel(), event, genArg(gen)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}
@@ -421,10 +427,7 @@ func (s *Store) CloseBreaker(ctx context.Context, breaker, origin string) (bool,
 // ForceBreaker sets or clears a forced state. A forced state has no expiry: ops imposed it, and
 // only ops (ForcedNone, or ResetBreaker) lift it.
 func (s *Store) ForceBreaker(ctx context.Context, breaker string, f payrouter.Forced, origin string) error {
-	return s.forceBreaker(ctx, "force breaker", breaker, f, origin)
-}
-
-func (s *Store) forceBreaker(ctx context.Context, op, breaker string, f payrouter.Forced, origin string) error {
+	const op = "force breaker"
 	if err := checkBreakerName(op, breaker); err != nil {
 		return err
 	}
@@ -441,6 +444,7 @@ func (s *Store) forceBreaker(ctx context.Context, op, breaker string, f payroute
 // ResetBreaker closes the breaker and lifts its forcing. It costs two round trips because the
 // forced hash and the breaker's keys may live on different Cluster slots; the breaker is
 // cleared first, so that an instance re-reading state on the BreakerReset event finds it reset.
+// The generation stays, so that a trial of the generation reset never counts in a later one.
 func (s *Store) ResetBreaker(ctx context.Context, breaker, origin string) error {
 	const op = "reset breaker"
 	if err := checkBreakerName(op, breaker); err != nil {
@@ -448,7 +452,7 @@ func (s *Store) ResetBreaker(ctx context.Context, breaker, origin string) error 
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if err := s.rdb.Del(ctx, s.breakerKeys(breaker)...).Err(); err != nil {
+	if err := s.rdb.Del(ctx, s.breakerKeys(breaker)[:keyGen]...).Err(); err != nil {
 		return fmt.Errorf("redisstore: %s %s: %w", op, breaker, err)
 	}
 	return s.force(ctx, op, breaker, payrouter.ForcedNone, payrouter.BreakerEvent{
@@ -486,7 +490,7 @@ func (s *Store) BreakerStates(ctx context.Context, breakers []string) (map[strin
 		}
 	}
 	type reads struct {
-		tripped *redis.IntCmd
+		tripped *redis.StringCmd
 		open    *redis.DurationCmd
 		window  *redis.MapStringStringCmd
 	}
@@ -499,13 +503,19 @@ func (s *Store) BreakerStates(ctx context.Context, breakers []string) (map[strin
 	for i, b := range breakers {
 		keys := s.breakerKeys(b)
 		perBreaker[i] = reads{
-			tripped: pipe.Exists(ctx, keys[keyTripped]),
+			tripped: pipe.Get(ctx, keys[keyTripped]),
 			open:    pipe.PTTL(ctx, keys[keyOpen]),
 			window:  pipe.HGetAll(ctx, keys[keyWindow]),
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	// A closed breaker has no tripped key: its GET answers redis.Nil, which is no failure.
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	for _, err := range []error{now.Err(), forced.Err()} {
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %s: %w", op, err)
+		}
 	}
 	nowMs := now.Val().UnixMilli()
 	for i, b := range breakers {
@@ -515,7 +525,18 @@ func (s *Store) BreakerStates(ctx context.Context, breakers []string) (map[strin
 			sb.Open = true
 			sb.OpenFor = max(ttl, 0)
 		}
-		sb.HalfOpen = !sb.Open && r.tripped.Val() == 1
+		if err := errors.Join(r.open.Err(), r.window.Err()); err != nil {
+			return nil, fmt.Errorf("redisstore: %s %s: %w", op, b, err)
+		}
+		gen, err := r.tripped.Uint64()
+		switch {
+		case errors.Is(err, redis.Nil): // closed
+		case err != nil:
+			return nil, fmt.Errorf("redisstore: %s %s: generation: %w", op, b, err)
+		default:
+			sb.Gen = payrouter.TrialGen(gen)
+			sb.HalfOpen = !sb.Open
+		}
 		sb.Forced = payrouter.Forced(forced.Val()[b])
 		sb.Counts = windowCounts(r.window.Val(), nowMs)
 		states[b] = sb
@@ -651,17 +672,8 @@ func checkBreakerName(op, breaker string) error {
 }
 
 func checkRules(op string, r payrouter.BreakerRules) error {
-	switch {
-	case r.Cooldown <= 0:
-		return fmt.Errorf("redisstore: %s: rules: cooldown %v must be positive", op, r.Cooldown)
-	case r.ConsecutiveFailures < 0, r.FailuresInWindow < 0, r.MinRequests < 0, r.Window < 0:
-		return fmt.Errorf("redisstore: %s: rules %+v: counts and window must be >= 0", op, r)
-	case !(r.FailureRate >= 0 && r.FailureRate <= 1): // NaN too
-		return fmt.Errorf("redisstore: %s: rules: failure rate %v must be within [0, 1]", op, r.FailureRate)
-	case r.FailureRate > 0 && r.MinRequests < 1:
-		// 0 means resilience.DefaultMinRequests, filled in before a store sees the rules: a
-		// store reading it as anything else would trip the fleet on other terms than each instance.
-		return fmt.Errorf("redisstore: %s: rules: min requests %d must be >= 1 with a failure rate", op, r.MinRequests)
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return nil
 }
@@ -673,3 +685,6 @@ func positiveMillis(d time.Duration) int64 {
 }
 
 func atLeastOne(n int) int { return max(n, 1) }
+
+// genArg is a generation as the scripts compare it with tripped's value.
+func genArg(g payrouter.TrialGen) string { return strconv.FormatUint(uint64(g), 10) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -117,7 +116,7 @@ func fleetEventually(t *testing.T, what string, cond func() (bool, error)) {
 // halfOpen opens breaker with a short cooldown and waits for the cooldown to run out.
 func halfOpen(t *testing.T, s *redisstore.Store, breaker string) {
 	t.Helper()
-	if opened, err := s.OpenBreaker(t.Context(), breaker, 30*time.Millisecond, payrouter.BreakerCounts{}, "test"); err != nil || !opened {
+	if opened, err := s.OpenBreaker(t.Context(), breaker, 30*time.Millisecond, payrouter.BreakerCounts{}, 0, "test"); err != nil || !opened {
 		t.Fatalf("OpenBreaker(%s) = %v, %v; want true", breaker, opened, err)
 	}
 	fleetEventually(t, breaker+" is half-open", func() (bool, error) {
@@ -438,7 +437,7 @@ func TestBreakerOpenedEventReachesEveryInstance(t *testing.T) {
 	}
 
 	// An instance whose own counts tripped tells the fleet its counts and name.
-	if opened, err := a.OpenBreaker(t.Context(), "ding/charge", time.Minute, counts(9, 5, 5), "instance-a"); err != nil || !opened {
+	if opened, err := a.OpenBreaker(t.Context(), "ding/charge", time.Minute, counts(9, 5, 5), 0, "instance-a"); err != nil || !opened {
 		t.Fatalf("OpenBreaker = %v, %v; want opened", opened, err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: "ding/charge", Kind: payrouter.BreakerOpened, OpenFor: time.Minute, Counts: counts(9, 5, 5), Origin: "instance-a"})
@@ -450,11 +449,11 @@ func TestOpenBreakerLeavesAnOpenBreakerAlone(t *testing.T) {
 	w := fl.watch(t, a)
 	const breaker = "paywell/charge"
 
-	if opened, err := a.OpenBreaker(t.Context(), breaker, time.Minute, counts(5, 5, 5), "a"); err != nil || !opened {
+	if opened, err := a.OpenBreaker(t.Context(), breaker, time.Minute, counts(5, 5, 5), 0, "a"); err != nil || !opened {
 		t.Fatalf("first OpenBreaker = %v, %v; want opened", opened, err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerOpened, OpenFor: time.Minute, Counts: counts(5, 5, 5), Origin: "a"})
-	if opened, err := b.OpenBreaker(t.Context(), breaker, time.Hour, counts(7, 7, 7), "b"); err != nil || opened {
+	if opened, err := b.OpenBreaker(t.Context(), breaker, time.Hour, counts(7, 7, 7), 0, "b"); err != nil || opened {
 		t.Fatalf("OpenBreaker of an open breaker = %v, %v; want false", opened, err)
 	}
 	w.wantNothingBefore(t, fl)
@@ -468,14 +467,14 @@ func TestBreakerHalfOpenAfterCooldown(t *testing.T) {
 	s := fl.instance(t)
 	const breaker, cooldown = "paywell/charge", 200 * time.Millisecond
 
-	if opened, err := s.OpenBreaker(t.Context(), breaker, cooldown, payrouter.BreakerCounts{}, "a"); err != nil || !opened {
+	if opened, err := s.OpenBreaker(t.Context(), breaker, cooldown, payrouter.BreakerCounts{}, 0, "a"); err != nil || !opened {
 		t.Fatalf("OpenBreaker = %v, %v; want opened", opened, err)
 	}
 	if st := breakerState(t, s, breaker); !st.Open || st.HalfOpen || st.OpenFor <= 0 || st.OpenFor > cooldown {
 		t.Fatalf("state just after opening = %+v, want open for at most %v", st, cooldown)
 	}
-	if ok, err := s.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || ok {
-		t.Fatalf("TakeTrial while open = %v, %v; want false", ok, err)
+	if gen, err := s.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen != 0 {
+		t.Fatalf("TakeTrial while open = %v, %v; want false", gen, err)
 	}
 	fleetEventually(t, "the breaker is half-open", func() (bool, error) {
 		st := breakerState(t, s, breaker)
@@ -487,8 +486,8 @@ func TestBreakerHalfOpenAfterCooldown(t *testing.T) {
 	if st := breakerState(t, s, breaker); st.Open || st.OpenFor != 0 {
 		t.Fatalf("half-open state = %+v, want not open", st)
 	}
-	if ok, err := s.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || !ok {
-		t.Fatalf("TakeTrial when half-open = %v, %v; want true", ok, err)
+	if gen, err := s.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen == 0 {
+		t.Fatalf("TakeTrial when half-open = %v, %v; want true", gen, err)
 	}
 }
 
@@ -506,11 +505,11 @@ func TestTakeTrialBreakerSlots(t *testing.T) {
 		for i := range 20 {
 			wg.Go(func() {
 				<-start
-				ok, err := []*redisstore.Store{a, b}[i%2].TakeTrial(t.Context(), breaker, max, time.Minute)
+				gen, err := []*redisstore.Store{a, b}[i%2].TakeTrial(t.Context(), breaker, max, time.Minute)
 				if err != nil {
 					errs <- err
 				}
-				if ok {
+				if gen != 0 {
 					taken.Add(1)
 				}
 			})
@@ -525,14 +524,14 @@ func TestTakeTrialBreakerSlots(t *testing.T) {
 			t.Fatalf("20 callers took %d trial slots, want %d", taken.Load(), max)
 		}
 
-		if err := b.ReturnTrial(t.Context(), breaker); err != nil {
+		if err := b.ReturnTrial(t.Context(), breaker, breakerState(t, a, breaker).Gen); err != nil {
 			t.Fatalf("ReturnTrial: %v", err)
 		}
-		if ok, err := a.TakeTrial(t.Context(), breaker, max, time.Minute); err != nil || !ok {
-			t.Fatalf("TakeTrial after a slot was returned = %v, %v; want true", ok, err)
+		if gen, err := a.TakeTrial(t.Context(), breaker, max, time.Minute); err != nil || gen == 0 {
+			t.Fatalf("TakeTrial after a slot was returned = %v, %v; want true", gen, err)
 		}
-		if ok, err := b.TakeTrial(t.Context(), breaker, max, time.Minute); err != nil || ok {
-			t.Fatalf("TakeTrial with every slot taken again = %v, %v; want false", ok, err)
+		if gen, err := b.TakeTrial(t.Context(), breaker, max, time.Minute); err != nil || gen != 0 {
+			t.Fatalf("TakeTrial with every slot taken again = %v, %v; want false", gen, err)
 		}
 	})
 
@@ -540,35 +539,36 @@ func TestTakeTrialBreakerSlots(t *testing.T) {
 		const breaker = "ding/charge"
 		halfOpen(t, a, breaker)
 		for range 3 {
-			if err := a.ReturnTrial(t.Context(), breaker); err != nil {
+			if err := a.ReturnTrial(t.Context(), breaker, breakerState(t, a, breaker).Gen); err != nil {
 				t.Fatalf("ReturnTrial: %v", err)
 			}
 		}
-		if ok, err := a.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || !ok {
-			t.Fatalf("first TakeTrial = %v, %v; want true", ok, err)
+		if gen, err := a.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen == 0 {
+			t.Fatalf("first TakeTrial = %v, %v; want true", gen, err)
 		}
-		if ok, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || ok {
-			t.Fatalf("second TakeTrial of max 1 = %v, %v; want false", ok, err)
+		if gen, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen != 0 {
+			t.Fatalf("second TakeTrial of max 1 = %v, %v; want false", gen, err)
 		}
 	})
 
 	t.Run("the ttl frees a slot never reported", func(t *testing.T) {
 		const breaker = "tranglo/charge"
 		halfOpen(t, a, breaker)
-		if ok, err := a.TakeTrial(t.Context(), breaker, 1, 100*time.Millisecond); err != nil || !ok {
-			t.Fatalf("TakeTrial = %v, %v; want true", ok, err)
+		if gen, err := a.TakeTrial(t.Context(), breaker, 1, 100*time.Millisecond); err != nil || gen == 0 {
+			t.Fatalf("TakeTrial = %v, %v; want true", gen, err)
 		}
-		if ok, err := b.TakeTrial(t.Context(), breaker, 1, 100*time.Millisecond); err != nil || ok {
-			t.Fatalf("TakeTrial while the slot is held = %v, %v; want false", ok, err)
+		if gen, err := b.TakeTrial(t.Context(), breaker, 1, 100*time.Millisecond); err != nil || gen != 0 {
+			t.Fatalf("TakeTrial while the slot is held = %v, %v; want false", gen, err)
 		}
 		fleetEventually(t, "the slot's ttl frees it", func() (bool, error) {
-			return b.TakeTrial(t.Context(), breaker, 1, time.Minute)
+			gen, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute)
+			return gen != 0, err
 		})
 	})
 
 	t.Run("no trial while closed", func(t *testing.T) {
-		if ok, err := a.TakeTrial(t.Context(), "never/opened", 5, time.Minute); err != nil || ok {
-			t.Fatalf("TakeTrial of a closed breaker = %v, %v; want false", ok, err)
+		if gen, err := a.TakeTrial(t.Context(), "never/opened", 5, time.Minute); err != nil || gen != 0 {
+			t.Fatalf("TakeTrial of a closed breaker = %v, %v; want false", gen, err)
 		}
 		for _, k := range fl.keys(t) {
 			if strings.Contains(k, "never/opened") {
@@ -585,34 +585,41 @@ func TestTrialSucceededClosesBreaker(t *testing.T) {
 	halfOpen(t, a, breaker)
 	w := fl.watch(t, b)
 
+	var gens []payrouter.TrialGen
 	for _, s := range []*redisstore.Store{a, b} {
-		if ok, err := s.TakeTrial(t.Context(), breaker, 2, time.Minute); err != nil || !ok {
-			t.Fatalf("TakeTrial = %v, %v; want true", ok, err)
+		gen, err := s.TakeTrial(t.Context(), breaker, 2, time.Minute)
+		if err != nil || gen == 0 {
+			t.Fatalf("TakeTrial = %v, %v; want a generation", gen, err)
 		}
+		gens = append(gens, gen)
 	}
-	if closed, err := a.TrialSucceeded(t.Context(), breaker, 2, "a"); err != nil || closed {
+	if gens[0] != gens[1] || gens[0] != breakerState(t, a, breaker).Gen {
+		t.Fatalf("TakeTrial's generations %v, state's %v; want one, the breaker's", gens, breakerState(t, a, breaker).Gen)
+	}
+	gen := gens[0]
+	if closed, err := a.TrialSucceeded(t.Context(), breaker, gen, 2, "a"); err != nil || closed {
 		t.Fatalf("first TrialSucceeded of 2 = %v, %v; want false", closed, err)
 	}
 	w.wantNothingBefore(t, fl)
 	if st := breakerState(t, a, breaker); !st.HalfOpen {
 		t.Fatalf("state after one success of 2 = %+v, want half-open", st)
 	}
-	if closed, err := b.TrialSucceeded(t.Context(), breaker, 2, "b"); err != nil || !closed {
+	if closed, err := b.TrialSucceeded(t.Context(), breaker, gen, 2, "b"); err != nil || !closed {
 		t.Fatalf("second TrialSucceeded of 2 = %v, %v; want closed", closed, err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerClosed, Origin: "b"})
 	if st := breakerState(t, a, breaker); st != (payrouter.SharedBreaker{}) {
 		t.Fatalf("state after closing = %+v, want closed and cleared", st)
 	}
-	if ok, err := a.TakeTrial(t.Context(), breaker, 2, time.Minute); err != nil || ok {
-		t.Fatalf("TakeTrial after closing = %v, %v; want false", ok, err)
+	if gen, err := a.TakeTrial(t.Context(), breaker, 2, time.Minute); err != nil || gen != 0 {
+		t.Fatalf("TakeTrial after closing = %v, %v; want false", gen, err)
 	}
-	if closed, err := a.TrialSucceeded(t.Context(), breaker, 1, "a"); err != nil || closed {
+	if closed, err := a.TrialSucceeded(t.Context(), breaker, gen, 1, "a"); err != nil || closed {
 		t.Fatalf("TrialSucceeded of a closed breaker = %v, %v; want false", closed, err)
 	}
 	w.wantNothingBefore(t, fl)
-	if keys := fl.keys(t); len(keys) != 0 {
-		t.Fatalf("a closed breaker left keys %v", keys)
+	if keys := fl.keys(t); len(keys) != 1 || !strings.HasSuffix(keys[0], ":gen") {
+		t.Fatalf("a closed breaker left keys %v, want its generation only", keys)
 	}
 }
 
@@ -620,20 +627,21 @@ func TestTrialSucceededWhileOpenIsNotCounted(t *testing.T) {
 	fl := newFleet(t)
 	s := fl.instance(t)
 	const breaker = "paywell/charge"
-	if opened, err := s.OpenBreaker(t.Context(), breaker, 150*time.Millisecond, payrouter.BreakerCounts{}, "a"); err != nil || !opened {
+	if opened, err := s.OpenBreaker(t.Context(), breaker, 150*time.Millisecond, payrouter.BreakerCounts{}, 0, "a"); err != nil || !opened {
 		t.Fatalf("OpenBreaker = %v, %v", opened, err)
 	}
-	// A late success of a trial from before the breaker reopened.
-	if closed, err := s.TrialSucceeded(t.Context(), breaker, 1, "a"); err != nil || closed {
+	gen := breakerState(t, s, breaker).Gen
+	// A success of this generation while it is still open: no trial could have run.
+	if closed, err := s.TrialSucceeded(t.Context(), breaker, gen, 1, "a"); err != nil || closed {
 		t.Fatalf("TrialSucceeded while open = %v, %v; want false", closed, err)
 	}
 	fleetEventually(t, "the breaker is half-open", func() (bool, error) {
 		return breakerState(t, s, breaker).HalfOpen, nil
 	})
-	if closed, err := s.TrialSucceeded(t.Context(), breaker, 2, "a"); err != nil || closed {
+	if closed, err := s.TrialSucceeded(t.Context(), breaker, gen, 2, "a"); err != nil || closed {
 		t.Fatalf("first TrialSucceeded of 2 = %v, %v; want false: the one while open must not count", closed, err)
 	}
-	if closed, err := s.TrialSucceeded(t.Context(), breaker, 2, "a"); err != nil || !closed {
+	if closed, err := s.TrialSucceeded(t.Context(), breaker, gen, 2, "a"); err != nil || !closed {
 		t.Fatalf("second TrialSucceeded of 2 = %v, %v; want closed", closed, err)
 	}
 }
@@ -646,26 +654,119 @@ func TestFailedTrialReopensBreaker(t *testing.T) {
 	halfOpen(t, a, breaker)
 	w.next(t, fleetDeadline) // halfOpen's opening
 
-	if ok, err := a.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || !ok {
-		t.Fatalf("TakeTrial = %v, %v; want true", ok, err)
+	gen, err := a.TakeTrial(t.Context(), breaker, 1, time.Minute)
+	if err != nil || gen == 0 {
+		t.Fatalf("TakeTrial = %v, %v; want a generation", gen, err)
 	}
 	// The trial failed: the instance reopens the breaker.
-	if opened, err := a.OpenBreaker(t.Context(), breaker, 150*time.Millisecond, counts(1, 1, 1), "a"); err != nil || !opened {
+	if opened, err := a.OpenBreaker(t.Context(), breaker, 150*time.Millisecond, counts(1, 1, 1), gen, "a"); err != nil || !opened {
 		t.Fatalf("OpenBreaker of a half-open breaker = %v, %v; want reopened", opened, err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerOpened, OpenFor: 150 * time.Millisecond, Counts: counts(1, 1, 1), Origin: "a"})
 	if st := breakerState(t, b, breaker); !st.Open || st.HalfOpen {
 		t.Fatalf("state after the failed trial = %+v, want open", st)
 	}
-	if ok, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || ok {
-		t.Fatalf("TakeTrial after reopening = %v, %v; want false", ok, err)
+	if gen, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen != 0 {
+		t.Fatalf("TakeTrial after reopening = %v, %v; want false", gen, err)
 	}
 	fleetEventually(t, "the breaker is half-open again", func() (bool, error) {
 		return breakerState(t, b, breaker).HalfOpen, nil
 	})
 	// Reopening cleared the slot the failed trial held.
-	if ok, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || !ok {
-		t.Fatalf("TakeTrial in the next half-open spell = %v, %v; want true", ok, err)
+	if gen, err := b.TakeTrial(t.Context(), breaker, 1, time.Minute); err != nil || gen == 0 {
+		t.Fatalf("TakeTrial in the next half-open spell = %v, %v; want true", gen, err)
+	}
+}
+
+// TestTrialOfAnEarlierGenerationDoesNotCount: a trial taken in one half-open period and reported
+// after the breaker reopened and went half-open again counts for nothing in the new period: its
+// success does not close it, its failure does not reopen it, and its slot given back does not
+// free one of the new period's.
+func TestTrialOfAnEarlierGenerationDoesNotCount(t *testing.T) {
+	fl := newFleet(t)
+	a, b := fl.instance(t), fl.instance(t)
+	const breaker = "paywell/charge"
+	halfOpen(t, a, breaker)
+	// Period N: two trials, the late one on a and the one on b that fails and reopens.
+	late, err := a.TakeTrial(t.Context(), breaker, 2, time.Minute)
+	if err != nil || late == 0 {
+		t.Fatalf("TakeTrial = %v, %v; want a generation", late, err)
+	}
+	failed, err := b.TakeTrial(t.Context(), breaker, 2, time.Minute)
+	if err != nil || failed != late {
+		t.Fatalf("second TakeTrial of the period = %v, %v; want generation %v", failed, err, late)
+	}
+	if opened, err := b.OpenBreaker(t.Context(), breaker, 30*time.Millisecond, counts(1, 1, 1), failed, "b"); err != nil || !opened {
+		t.Fatalf("OpenBreaker of the failed trial = %v, %v; want reopened", opened, err)
+	}
+	fleetEventually(t, "half-open again", func() (bool, error) { return breakerState(t, a, breaker).HalfOpen, nil })
+	// Period N+1, with 2 slots: one taken here.
+	next, err := b.TakeTrial(t.Context(), breaker, 2, time.Minute)
+	if err != nil || next == 0 || next == late {
+		t.Fatalf("TakeTrial of the next period = %v, %v; want a generation other than %v", next, err, late)
+	}
+	if gen := breakerState(t, a, breaker).Gen; gen != next {
+		t.Fatalf("state's generation %v, want the next period's %v", gen, next)
+	}
+
+	t.Run("late success", func(t *testing.T) {
+		if closed, err := a.TrialSucceeded(t.Context(), breaker, late, 2, "a"); err != nil || closed {
+			t.Fatalf("TrialSucceeded of the earlier period = %v, %v; want dropped", closed, err)
+		}
+		// Had it counted, this first success of the period would be the second and close it.
+		if closed, err := b.TrialSucceeded(t.Context(), breaker, next, 2, "b"); err != nil || closed {
+			t.Fatalf("first TrialSucceeded of the period, of 2 = %v, %v; want still half-open", closed, err)
+		}
+		if st := breakerState(t, a, breaker); !st.HalfOpen || st.Gen != next {
+			t.Fatalf("state = %+v, want half-open in generation %v", st, next)
+		}
+	})
+	t.Run("late return", func(t *testing.T) {
+		// The second slot of the period, then the earlier period's slot given back.
+		if gen, err := a.TakeTrial(t.Context(), breaker, 2, time.Minute); err != nil || gen != next {
+			t.Fatalf("TakeTrial = %v, %v; want generation %v", gen, err, next)
+		}
+		if err := a.ReturnTrial(t.Context(), breaker, late); err != nil {
+			t.Fatalf("ReturnTrial: %v", err)
+		}
+		if gen, err := b.TakeTrial(t.Context(), breaker, 2, time.Minute); err != nil || gen != 0 {
+			t.Fatalf("TakeTrial with both slots of the period taken = %v, %v; want none: the late return freed one", gen, err)
+		}
+	})
+	t.Run("late failure", func(t *testing.T) {
+		if opened, err := a.OpenBreaker(t.Context(), breaker, time.Minute, counts(1, 1, 1), late, "a"); err != nil || opened {
+			t.Fatalf("OpenBreaker of the earlier period's failed trial = %v, %v; want dropped", opened, err)
+		}
+		if st := breakerState(t, a, breaker); !st.HalfOpen || st.Gen != next {
+			t.Fatalf("state = %+v, want still half-open in generation %v", st, next)
+		}
+	})
+	// The period's own trials still decide.
+	if closed, err := a.TrialSucceeded(t.Context(), breaker, next, 2, "a"); err != nil || !closed {
+		t.Fatalf("second TrialSucceeded of the period = %v, %v; want closed", closed, err)
+	}
+}
+
+// TestGenerationsOutliveReset: a reset does not start the generations over, so a trial taken
+// before it never counts in a half-open period after it.
+func TestGenerationsOutliveReset(t *testing.T) {
+	fl := newFleet(t)
+	s := fl.instance(t)
+	const breaker = "paywell/charge"
+	halfOpen(t, s, breaker)
+	before, err := s.TakeTrial(t.Context(), breaker, 1, time.Minute)
+	if err != nil || before == 0 {
+		t.Fatalf("TakeTrial = %v, %v", before, err)
+	}
+	if err := s.ResetBreaker(t.Context(), breaker, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	halfOpen(t, s, breaker)
+	if gen := breakerState(t, s, breaker).Gen; gen <= before {
+		t.Fatalf("generation after a reset and a new opening = %v, want after %v", gen, before)
+	}
+	if closed, err := s.TrialSucceeded(t.Context(), breaker, before, 1, "a"); err != nil || closed {
+		t.Fatalf("TrialSucceeded of a trial from before the reset = %v, %v; want dropped", closed, err)
 	}
 }
 
@@ -680,7 +781,7 @@ func TestCloseBreakerOnlyWhenHalfOpen(t *testing.T) {
 	}{
 		{"closed", func(t *testing.T, breaker string) {}, false},
 		{"open", func(t *testing.T, breaker string) {
-			if _, err := a.OpenBreaker(t.Context(), breaker, time.Minute, payrouter.BreakerCounts{}, "a"); err != nil {
+			if _, err := a.OpenBreaker(t.Context(), breaker, time.Minute, payrouter.BreakerCounts{}, 0, "a"); err != nil {
 				t.Fatal(err)
 			}
 			w.next(t, fleetDeadline)
@@ -723,13 +824,7 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 
 	forcedStates := func(want map[string]payrouter.Forced) {
 		t.Helper()
-		got, err := b.ForcedStates(ctx)
-		if err != nil {
-			t.Fatalf("ForcedStates: %v", err)
-		}
-		if !maps.Equal(got, want) {
-			t.Fatalf("ForcedStates = %v, want %v", got, want)
-		}
+		forcedEqual(t, b, want)
 	}
 
 	if err := a.ForceBreaker(ctx, breaker, payrouter.ForcedOpen, "admin-a"); err != nil {
@@ -741,9 +836,9 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 	}
 	forcedStates(map[string]payrouter.Forced{breaker: payrouter.ForcedOpen})
 
-	// SetForced, the BreakerStateStore face, tells the fleet too.
-	if err := a.SetForced(ctx, "ding/charge", payrouter.ForcedClosed); err != nil {
-		t.Fatalf("SetForced: %v", err)
+	// With no origin, the event says none.
+	if err := a.ForceBreaker(ctx, "ding/charge", payrouter.ForcedClosed, ""); err != nil {
+		t.Fatalf("ForceBreaker: %v", err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: "ding/charge", Kind: payrouter.BreakerForced, Forced: payrouter.ForcedClosed})
 	forcedStates(map[string]payrouter.Forced{breaker: payrouter.ForcedOpen, "ding/charge": payrouter.ForcedClosed})
@@ -758,7 +853,7 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 	if _, _, err := a.ReportOutcomes(ctx, "tranglo/charge", rules, failure(3), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.OpenBreaker(ctx, breaker, time.Minute, counts(4, 4, 4), "a"); err != nil {
+	if _, err := a.OpenBreaker(ctx, breaker, time.Minute, counts(4, 4, 4), 0, "a"); err != nil {
 		t.Fatal(err)
 	}
 	w.next(t, fleetDeadline)
@@ -776,15 +871,18 @@ func TestForceBreakerAndResetBreaker(t *testing.T) {
 	// A half-open breaker with trials taken is reset too.
 	halfOpen(t, a, breaker)
 	w.next(t, fleetDeadline)
-	if ok, err := a.TakeTrial(ctx, breaker, 1, time.Minute); err != nil || !ok {
-		t.Fatalf("TakeTrial = %v, %v", ok, err)
+	if gen, err := a.TakeTrial(ctx, breaker, 1, time.Minute); err != nil || gen == 0 {
+		t.Fatalf("TakeTrial = %v, %v", gen, err)
 	}
 	if err := b.ResetBreaker(ctx, breaker, ""); err != nil {
 		t.Fatalf("ResetBreaker: %v", err)
 	}
 	w.want(t, payrouter.BreakerEvent{Breaker: breaker, Kind: payrouter.BreakerReset})
-	if keys := fl.keys(t); len(keys) != 0 {
-		t.Fatalf("keys left after resetting every breaker: %v", keys)
+	// Only the generations stay (and expire): a trial taken before a reset never counts after it.
+	for _, k := range fl.keys(t) {
+		if !strings.HasSuffix(k, ":gen") {
+			t.Fatalf("keys left after resetting every breaker: %v, want generations only", fl.keys(t))
+		}
 	}
 }
 
@@ -831,14 +929,15 @@ func TestBreakerKeysExpire(t *testing.T) {
 	if _, _, err := s.ReportOutcomes(ctx, "unwindowed/charge", payrouter.BreakerRules{Cooldown: time.Minute}, failure(1), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenBreaker(ctx, "open/charge", time.Minute, payrouter.BreakerCounts{}, ""); err != nil {
+	if _, err := s.OpenBreaker(ctx, "open/charge", time.Minute, payrouter.BreakerCounts{}, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	halfOpen(t, s, "trial/charge")
-	if _, err := s.TakeTrial(ctx, "trial/charge", 2, time.Minute); err != nil {
+	gen, err := s.TakeTrial(ctx, "trial/charge", 2, time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TrialSucceeded(ctx, "trial/charge", 2, ""); err != nil {
+	if _, err := s.TrialSucceeded(ctx, "trial/charge", gen, 2, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ForceBreaker(ctx, "forced/charge", payrouter.ForcedOpen, ""); err != nil {
@@ -851,6 +950,8 @@ func TestBreakerKeysExpire(t *testing.T) {
 		fl.prefix + "breaker:{unwindowed/charge}:window",
 		fl.prefix + "breaker:{open/charge}:tripped",
 		fl.prefix + "breaker:{open/charge}:open",
+		fl.prefix + "breaker:{open/charge}:gen",
+		fl.prefix + "breaker:{trial/charge}:gen",
 		fl.prefix + "breaker:{trial/charge}:tripped",
 		fl.prefix + "breaker:{trial/charge}:trials",
 		fl.prefix + "breaker:{trial/charge}:trialok",
@@ -887,7 +988,7 @@ func TestBreakerStatesOfManyBreakers(t *testing.T) {
 	if _, _, err := s.ReportOutcomes(ctx, "ding/charge", rules, mixed(3, 2, 1), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, ""); err != nil {
+	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ForceBreaker(ctx, "tranglo/refund", payrouter.ForcedClosed, ""); err != nil {
@@ -956,20 +1057,20 @@ func TestBreakerInvalidArguments(t *testing.T) {
 			return err
 		}},
 		{"open: no cooldown", func(ctx context.Context) error {
-			_, err := s.OpenBreaker(ctx, b, 0, payrouter.BreakerCounts{}, "")
+			_, err := s.OpenBreaker(ctx, b, 0, payrouter.BreakerCounts{}, 0, "")
 			return err
 		}},
 		{"open: empty name", func(ctx context.Context) error {
-			_, err := s.OpenBreaker(ctx, "", time.Minute, payrouter.BreakerCounts{}, "")
+			_, err := s.OpenBreaker(ctx, "", time.Minute, payrouter.BreakerCounts{}, 0, "")
 			return err
 		}},
 		{"take trial: no ttl", func(ctx context.Context) error {
 			_, err := s.TakeTrial(ctx, b, 1, 0)
 			return err
 		}},
-		{"return trial: empty name", func(ctx context.Context) error { return s.ReturnTrial(ctx, "") }},
+		{"return trial: empty name", func(ctx context.Context) error { return s.ReturnTrial(ctx, "", 1) }},
 		{"trial succeeded: empty name", func(ctx context.Context) error {
-			_, err := s.TrialSucceeded(ctx, "", 1, "")
+			_, err := s.TrialSucceeded(ctx, "", 1, 1, "")
 			return err
 		}},
 		{"close: empty name", func(ctx context.Context) error {
@@ -979,7 +1080,7 @@ func TestBreakerInvalidArguments(t *testing.T) {
 		{"force: unknown state", func(ctx context.Context) error {
 			return s.ForceBreaker(ctx, b, payrouter.Forced("half_open"), "")
 		}},
-		{"set forced: empty name", func(ctx context.Context) error { return s.SetForced(ctx, "", payrouter.ForcedOpen) }},
+		{"force: empty name", func(ctx context.Context) error { return s.ForceBreaker(ctx, "", payrouter.ForcedOpen, "") }},
 		{"reset: empty name", func(ctx context.Context) error { return s.ResetBreaker(ctx, "", "") }},
 		{"states: empty name", func(ctx context.Context) error {
 			_, err := s.BreakerStates(ctx, []string{b, ""})
@@ -1184,19 +1285,17 @@ func fleetCalls(s *redisstore.Store) []struct {
 		name string
 		call func(ctx context.Context) error
 	}{
-		{"SetForced", func(ctx context.Context) error { return s.SetForced(ctx, b, payrouter.ForcedOpen) }},
-		{"ForcedStates", func(ctx context.Context) error { _, err := s.ForcedStates(ctx); return err }},
 		{"ReportOutcomes", func(ctx context.Context) error {
 			_, _, err := s.ReportOutcomes(ctx, b, rules, failure(1), "test")
 			return err
 		}},
 		{"OpenBreaker", func(ctx context.Context) error {
-			_, err := s.OpenBreaker(ctx, b, time.Minute, payrouter.BreakerCounts{}, "")
+			_, err := s.OpenBreaker(ctx, b, time.Minute, payrouter.BreakerCounts{}, 0, "")
 			return err
 		}},
 		{"TakeTrial", func(ctx context.Context) error { _, err := s.TakeTrial(ctx, b, 1, time.Minute); return err }},
-		{"ReturnTrial", func(ctx context.Context) error { return s.ReturnTrial(ctx, b) }},
-		{"TrialSucceeded", func(ctx context.Context) error { _, err := s.TrialSucceeded(ctx, b, 1, ""); return err }},
+		{"ReturnTrial", func(ctx context.Context) error { return s.ReturnTrial(ctx, b, 1) }},
+		{"TrialSucceeded", func(ctx context.Context) error { _, err := s.TrialSucceeded(ctx, b, 1, 1, ""); return err }},
 		{"CloseBreaker", func(ctx context.Context) error { _, err := s.CloseBreaker(ctx, b, ""); return err }},
 		{"ForceBreaker", func(ctx context.Context) error { return s.ForceBreaker(ctx, b, payrouter.ForcedClosed, "") }},
 		{"ResetBreaker", func(ctx context.Context) error { return s.ResetBreaker(ctx, b, "") }},
@@ -1279,8 +1378,8 @@ func TestBreakerCallsWorkAfterRedisReturns(t *testing.T) {
 	fl := newFleet(t)
 	s := fl.instance(t)
 	fl.srv.Stop()
-	if _, err := s.ForcedStates(t.Context()); err == nil {
-		t.Fatal("ForcedStates succeeded with Redis stopped")
+	if _, err := s.BreakerStates(t.Context(), []string{"paywell/charge"}); err == nil {
+		t.Fatal("BreakerStates succeeded with Redis stopped")
 	}
 	if err := fl.srv.Restart(); err != nil {
 		t.Fatal(err)

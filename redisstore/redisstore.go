@@ -63,8 +63,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is the fleet's coordination state in Redis. It implements payrouter.BreakerStateStore,
-// payrouter.FleetBreakers and payrouter.Leases (and not payrouter.Store: no money state is ever
+// Store is the fleet's coordination state in Redis. It implements payrouter.FleetBreakers and
+// payrouter.Leases (and not payrouter.Store: no money state is ever
 // kept in Redis), and is safe for concurrent use.
 type Store struct {
 	rdb  redis.UniversalClient
@@ -72,9 +72,8 @@ type Store struct {
 }
 
 var (
-	_ payrouter.BreakerStateStore = (*Store)(nil)
-	_ payrouter.FleetBreakers     = (*Store)(nil)
-	_ payrouter.Leases            = (*Store)(nil)
+	_ payrouter.FleetBreakers = (*Store)(nil)
+	_ payrouter.Leases        = (*Store)(nil)
 )
 
 // Open connects to the Redis that rawURL names (redis://, or rediss:// for TLS):

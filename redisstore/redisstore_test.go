@@ -13,7 +13,6 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/redisstore/redistest"
-	"github.com/payrouter/payrouter/storetest"
 )
 
 // suiteTimeout bounds each Redis call in the shared suite. The suite checks behaviour, not
@@ -40,12 +39,45 @@ func openStore(tb testing.TB, url string, o redisstore.Options) *redisstore.Stor
 	return s
 }
 
-// TestBreakerState: forced states in Redis behave as every payrouter.BreakerStateStore must.
-func TestBreakerState(t *testing.T) {
+// TestForcedStates: forced states in Redis, set and cleared through ForceBreaker and read back
+// through BreakerStates.
+func TestForcedStates(t *testing.T) {
 	srv := redistest.Start(t)
-	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
-		return openStore(t, srv.URL(), redisstore.Options{Timeout: suiteTimeout})
-	})
+	checkForcedStates(t, openStore(t, srv.URL(), redisstore.Options{Timeout: suiteTimeout}))
+}
+
+// checkForcedStates forces and clears breakers step by step through s, an empty store, and reads
+// every forced state back after each step.
+func checkForcedStates(t *testing.T, s *redisstore.Store) {
+	forcedEqual(t, s, map[string]payrouter.Forced{})
+	// Each step applies to the state the previous ones left.
+	steps := []struct {
+		name    string
+		breaker string
+		forced  payrouter.Forced
+		want    map[string]payrouter.Forced
+	}{
+		{"force open", "paywell/charge", payrouter.ForcedOpen,
+			map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen}},
+		{"another operation is its own breaker", "paywell/refund", payrouter.ForcedClosed,
+			map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen, "paywell/refund": payrouter.ForcedClosed}},
+		{"force the other way", "paywell/charge", payrouter.ForcedClosed,
+			map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedClosed, "paywell/refund": payrouter.ForcedClosed}},
+		{"none clears", "paywell/charge", payrouter.ForcedNone,
+			map[string]payrouter.Forced{"paywell/refund": payrouter.ForcedClosed}},
+		{"clearing a breaker never forced", "ding/charge", payrouter.ForcedNone,
+			map[string]payrouter.Forced{"paywell/refund": payrouter.ForcedClosed}},
+		{"clear the last", "paywell/refund", payrouter.ForcedNone,
+			map[string]payrouter.Forced{}},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			if err := s.ForceBreaker(t.Context(), step.breaker, step.forced, "admin"); err != nil {
+				t.Fatalf("ForceBreaker(%s, %q): %v", step.breaker, step.forced, err)
+			}
+			forcedEqual(t, s, step.want)
+		})
+	}
 }
 
 // TestLosingRedisLosesOnlyCoordination is what docs/architecture.md (State stores) promises of
@@ -61,10 +93,10 @@ func TestLosingRedisLosesOnlyCoordination(t *testing.T) {
 	if _, _, err := s.ReportOutcomes(ctx, "ding/charge", rules, failure(2), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, "a"); err != nil {
+	if _, err := s.OpenBreaker(ctx, "paywell/charge", time.Minute, payrouter.BreakerCounts{}, 0, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetForced(ctx, "tranglo/charge", payrouter.ForcedOpen); err != nil {
+	if err := s.ForceBreaker(ctx, "tranglo/charge", payrouter.ForcedOpen, "a"); err != nil {
 		t.Fatal(err)
 	}
 	holdLease(t, s, "a", time.Minute, true)
@@ -83,9 +115,6 @@ func TestLosingRedisLosesOnlyCoordination(t *testing.T) {
 		if st := states[n]; st != (payrouter.SharedBreaker{}) {
 			t.Errorf("%s after Redis came back empty = %+v, want closed with no counts", n, st)
 		}
-	}
-	if forced, err := s.ForcedStates(ctx); err != nil || len(forced) != 0 {
-		t.Errorf("ForcedStates after Redis came back empty = %v, %v; want none", forced, err)
 	}
 	holdLease(t, fl.instance(t), "b", time.Minute, true)
 	if keys := fl.keys(t); len(keys) != 1 || !strings.Contains(keys[0], ":lease:") {
@@ -129,9 +158,12 @@ func TestIsUnavailable(t *testing.T) {
 		}, true},
 		{"read only replica", func() error { return redisError("READONLY You can't write against a read only replica.") }, true},
 		{"cluster down", func() error { return redisError("CLUSTERDOWN The cluster is down") }, true},
-		{"wrong type: the data, not the server", func() error { _, err := up.ForcedStates(ctx); return err }, false},
+		{"wrong type: the data, not the server", func() error {
+			_, err := up.BreakerStates(ctx, []string{"paywell/charge"})
+			return err
+		}, false},
 		{"unknown command", func() error { return redisError("ERR unknown command 'FOO'") }, false},
-		{"caller's mistake", func() error { return up.SetForced(ctx, "", payrouter.ForcedOpen) }, false},
+		{"caller's mistake", func() error { return up.ForceBreaker(ctx, "", payrouter.ForcedOpen, "") }, false},
 		{"caller gave up", func() error { return up.Ping(canceled) }, false},
 	}
 	for _, tc := range tests {
@@ -178,14 +210,23 @@ func TestPing(t *testing.T) {
 	}
 }
 
-// forcedEqual fails t unless s's forced states are want.
-func forcedEqual(t *testing.T, s payrouter.BreakerStateStore, want map[string]payrouter.Forced) {
+// forcedNames are the breakers forcedEqual reads: every one the tests force.
+var forcedNames = []string{"paywell/charge", "paywell/refund", "ding/charge", "tranglo/charge", "tranglo/refund"}
+
+// forcedEqual fails t unless the forced states s reads (BreakerStates, of forcedNames) are want.
+func forcedEqual(t *testing.T, s *redisstore.Store, want map[string]payrouter.Forced) {
 	t.Helper()
-	got, err := s.ForcedStates(t.Context())
+	states, err := s.BreakerStates(t.Context(), forcedNames)
 	if err != nil {
-		t.Fatalf("ForcedStates: %v", err)
+		t.Fatalf("BreakerStates: %v", err)
+	}
+	got := map[string]payrouter.Forced{}
+	for name, st := range states {
+		if st.Forced != payrouter.ForcedNone {
+			got[name] = st.Forced
+		}
 	}
 	if !maps.Equal(got, want) {
-		t.Fatalf("ForcedStates = %v, want %v", got, want)
+		t.Fatalf("forced states = %v, want %v", got, want)
 	}
 }

@@ -11,14 +11,13 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/redisstore"
 	"github.com/payrouter/payrouter/redisstore/redistest"
-	"github.com/payrouter/payrouter/storetest"
 )
 
 func TestStoreThroughSentinel(t *testing.T) {
 	master := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, master)
-	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
-		return openStore(t, sentinel.URL(), redisstore.Options{Timeout: suiteTimeout})
+	t.Run("forced states", func(t *testing.T) {
+		checkForcedStates(t, openStore(t, sentinel.URL(), redisstore.Options{Timeout: suiteTimeout}))
 	})
 	t.Run("breaker trip reaches another instance", func(t *testing.T) {
 		checkTripHeard(t, sentinel.URL())
@@ -30,8 +29,8 @@ func TestStoreThroughSentinel(t *testing.T) {
 
 func TestStoreOnCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
-		return openStore(t, cluster.URL(), redisstore.Options{Timeout: suiteTimeout})
+	t.Run("forced states", func(t *testing.T) {
+		checkForcedStates(t, openStore(t, cluster.URL(), redisstore.Options{Timeout: suiteTimeout}))
 	})
 	t.Run("breaker trip reaches another instance", func(t *testing.T) {
 		checkTripHeard(t, cluster.URL())

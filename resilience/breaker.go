@@ -83,6 +83,7 @@ type Breaker struct {
 	state          State            // the breaker's own state, forcing aside
 	forced         payrouter.Forced // what ops imposed
 	openUntil      time.Time        // while open: when it becomes half-open
+	gen            uint64           // the generation of the current state: every change starts a new one
 	trials         int              // while half-open: trial calls admitted here and not yet reported
 	trialSuccesses int64            // while half-open: trial calls that succeeded here
 	changedAt      time.Time        // when state last changed here (Fleet.Sync leaves fresh news alone)
@@ -187,7 +188,7 @@ func (b *Breaker) tripped(m *machine, c Counts) {
 	}
 	b.openLocked(time.Now(), b.settings.Cooldown, c)
 	if b.fleet != nil {
-		b.fleet.opened(b, b.settings.Cooldown, c)
+		b.fleet.opened(b, b.settings.Cooldown, c, 0)
 	}
 }
 
@@ -210,6 +211,7 @@ func (b *Breaker) closeLocked(now time.Time, c Counts) {
 func (b *Breaker) setState(now time.Time, s State) {
 	b.machine.Store(b.newMachine())
 	b.state = s
+	b.gen++
 	b.openUntil = time.Time{}
 	b.trials, b.trialSuccesses = 0, 0
 	b.askAgain = time.Time{}
@@ -262,6 +264,12 @@ type admission struct {
 	m     *machine    // the closed period's machine that counted the call; nil otherwise
 	done  func(error) // m's report
 	trial trialKind
+	// gen is the half-open period a trial was admitted in (Breaker.gen), and fleetGen the
+	// fleet's generation of its slot (fleetTrial): a trial's outcome counts in that period
+	// only, as in gobreaker, whose generations drop the outcome of a call admitted before the
+	// state changed.
+	gen      uint64
+	fleetGen payrouter.TrialGen
 }
 
 // allow admits one call or returns ErrOpen. An admitted call must be finished exactly once.
@@ -302,8 +310,9 @@ func (b *Breaker) allowSlow() (admission, error) {
 	}
 	if b.fleet == nil || !b.fleet.usable() {
 		b.trials++
+		gen := b.gen
 		b.mu.Unlock()
-		return admission{trial: localTrial}, nil
+		return admission{trial: localTrial, gen: gen}, nil
 	}
 	// The fleet's trial slots: one question at a time from this instance, and none for a while
 	// after the fleet said no, so that a half-open breaker under load costs Redis almost nothing.
@@ -312,8 +321,9 @@ func (b *Breaker) allowSlow() (admission, error) {
 		return b.reject()
 	}
 	b.asking = true
+	asked := b.gen
 	b.mu.Unlock()
-	ok, err := b.fleet.takeTrial(b)
+	fleetGen, err := b.fleet.takeTrial(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asking = false
@@ -321,15 +331,15 @@ func (b *Breaker) allowSlow() (admission, error) {
 	case err != nil: // the fleet cannot answer: this instance decides alone, as without one
 		if b.state == StateHalfOpen && b.trials < b.settings.HalfOpenRequests {
 			b.trials++
-			return admission{trial: localTrial}, nil
+			return admission{trial: localTrial, gen: b.gen}, nil
 		}
-	case !ok:
+	case fleetGen == 0:
 		b.askAgain = time.Now().Add(askAgainAfter)
-	case b.state == StateHalfOpen:
+	case b.state == StateHalfOpen && b.gen == asked:
 		b.trials++
-		return admission{trial: fleetTrial}, nil
+		return admission{trial: fleetTrial, gen: b.gen, fleetGen: fleetGen}, nil
 	default: // closed or reopened while asking: the slot is not needed
-		b.fleet.returnTrial(b)
+		b.fleet.returnTrial(b, fleetGen)
 	}
 	b.obs.BreakerRejected(b.gateway, b.op)
 	return admission{}, ErrOpen
@@ -356,39 +366,42 @@ func (b *Breaker) finish(a admission, report error) {
 			}
 		}
 	case a.trial != noTrial:
-		b.trialDone(a.trial, verdictOf(report))
+		b.trialDone(a, verdictOf(report))
 	}
 }
 
 // trialDone applies a trial call's verdict: any failure reopens, HalfOpenRequests successes
-// close, an excluded outcome gives the slot back.
-func (b *Breaker) trialDone(kind trialKind, v verdict) {
+// close, an excluded outcome gives the slot back. A trial of an earlier period counts for
+// nothing: not even its slot is given back here, since the period it held one in is over.
+func (b *Breaker) trialDone(a admission, v verdict) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state != StateHalfOpen {
-		// Closed, reopened or reset while the trial ran: its news is stale.
-		if kind == fleetTrial && v == excluded {
-			b.fleet.returnTrial(b)
+	if b.state != StateHalfOpen || b.gen != a.gen {
+		// Closed, reopened or reset while the trial ran (and perhaps half-open again since):
+		// its news is stale here. The fleet's slot goes back with its generation, which the
+		// fleet drops if it has moved on too.
+		if a.trial == fleetTrial && v == excluded {
+			b.fleet.returnTrial(b, a.fleetGen)
 		}
 		return
 	}
 	switch v {
 	case excluded:
 		b.trials--
-		if kind == fleetTrial {
-			b.fleet.returnTrial(b)
+		if a.trial == fleetTrial {
+			b.fleet.returnTrial(b, a.fleetGen)
 		}
 	case countedFailure:
 		c := Counts{Requests: b.trialSuccesses + 1, Failures: 1, ConsecutiveFailures: 1}
 		b.openLocked(now, b.settings.Cooldown, c)
 		if b.fleet != nil {
-			b.fleet.opened(b, b.settings.Cooldown, c)
+			b.fleet.opened(b, b.settings.Cooldown, c, a.fleetGen)
 		}
 	default:
 		b.trialSuccesses++
-		if kind == fleetTrial {
-			b.fleet.trialSucceeded(b) // the fleet closes it when all its trials succeeded
+		if a.trial == fleetTrial {
+			b.fleet.trialSucceeded(b, a.gen, a.fleetGen) // the fleet closes it when all its trials succeeded
 		} else if b.trialSuccesses >= int64(b.settings.HalfOpenRequests) {
 			b.closeLocked(now, Counts{Requests: b.trialSuccesses})
 		}
@@ -422,7 +435,7 @@ func (b *Breaker) ProbeResult(healthy bool) {
 		c := Counts{Requests: 1, Failures: 1, ConsecutiveFailures: 1}
 		b.openLocked(now, b.settings.Cooldown, c)
 		if b.fleet != nil {
-			b.fleet.opened(b, b.settings.Cooldown, c)
+			b.fleet.opened(b, b.settings.Cooldown, c, 0)
 		}
 		b.mu.Unlock()
 		return

@@ -263,7 +263,7 @@ func (l *fleetLink) sendOwnOpen(ctx context.Context) error {
 	}
 	ctx, cancel := l.f.bound(ctx)
 	defer cancel()
-	_, err := l.f.shared.OpenBreaker(ctx, l.b.name, time.Until(until), payrouter.BreakerCounts(c), l.f.o.Origin)
+	_, err := l.f.shared.OpenBreaker(ctx, l.b.name, time.Until(until), payrouter.BreakerCounts(c), 0, l.f.o.Origin)
 	if err == nil {
 		l.openPending.Store(false)
 	}
@@ -508,7 +508,9 @@ func (l *fleetLink) count(_ *Breaker, failure bool) {
 	}
 }
 
-func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts) {
+// opened sends an opening of b to the fleet: trial is the fleet's generation of the trial that
+// failed, or 0 when b tripped on its own counts.
+func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts, trial payrouter.TrialGen) {
 	// Pending until the store has it: a refresh meanwhile must not close it on the fleet's older
 	// word, and sends it again (Resync does when the store comes back).
 	l.openPending.Store(true)
@@ -518,7 +520,7 @@ func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts) {
 	l.f.enqueue(func(ctx context.Context) {
 		cctx, cancel := l.f.bound(ctx)
 		defer cancel()
-		_, err := l.f.shared.OpenBreaker(cctx, b.name, cooldown, payrouter.BreakerCounts(c), l.f.o.Origin)
+		_, err := l.f.shared.OpenBreaker(cctx, b.name, cooldown, payrouter.BreakerCounts(c), trial, l.f.o.Origin)
 		if err == nil {
 			l.openPending.Store(false)
 		}
@@ -526,28 +528,31 @@ func (l *fleetLink) opened(b *Breaker, cooldown time.Duration, c Counts) {
 	})
 }
 
-func (l *fleetLink) takeTrial(b *Breaker) (bool, error) {
+// takeTrial asks the fleet for a trial slot; its generation, 0 when none was free.
+func (l *fleetLink) takeTrial(b *Breaker) (payrouter.TrialGen, error) {
 	ctx, cancel := l.f.bound(context.Background())
 	defer cancel()
-	ok, err := l.f.shared.TakeTrial(ctx, b.name, b.settings.HalfOpenRequests, l.trialTTL)
+	gen, err := l.f.shared.TakeTrial(ctx, b.name, b.settings.HalfOpenRequests, l.trialTTL)
 	l.f.done("take_trial", b.name, err, "this instance runs its own trial")
-	return ok, err
+	return gen, err
 }
 
-func (l *fleetLink) returnTrial(b *Breaker) {
+func (l *fleetLink) returnTrial(b *Breaker, gen payrouter.TrialGen) {
 	l.f.enqueue(func(ctx context.Context) {
 		ctx, cancel := l.f.bound(ctx)
 		defer cancel()
-		l.f.done("return_trial", b.name, l.f.shared.ReturnTrial(ctx, b.name),
+		l.f.done("return_trial", b.name, l.f.shared.ReturnTrial(ctx, b.name, gen),
 			"the trial slot is free again once its hold runs out")
 	})
 }
 
-func (l *fleetLink) trialSucceeded(b *Breaker) {
+// trialSucceeded tells the fleet that a trial of its generation fleetGen, admitted in b's
+// period gen, succeeded.
+func (l *fleetLink) trialSucceeded(b *Breaker, gen uint64, fleetGen payrouter.TrialGen) {
 	l.f.enqueue(func(ctx context.Context) {
 		ctx, cancel := l.f.bound(ctx)
 		defer cancel()
-		closed, err := l.f.shared.TrialSucceeded(ctx, b.name, b.settings.HalfOpenRequests, l.f.o.Origin)
+		closed, err := l.f.shared.TrialSucceeded(ctx, b.name, fleetGen, b.settings.HalfOpenRequests, l.f.o.Origin)
 		then := "the breaker stays half-open until the fleet's other trials decide"
 		if b.settings.HalfOpenRequests <= 1 {
 			then = "this instance's trial closes the breaker here"
@@ -555,7 +560,7 @@ func (l *fleetLink) trialSucceeded(b *Breaker) {
 		l.f.done("trial_succeeded", b.name, err, then)
 		switch {
 		case err != nil && b.settings.HalfOpenRequests <= 1:
-			b.fleetClosed(time.Time{}) // the store is away: this instance's trial decides
+			b.trialClosed(gen) // the store is away: this instance's trial decides
 		case closed:
 			b.fleetClosed(time.Time{})
 		}
@@ -603,6 +608,17 @@ func (b *Breaker) fleetHalfOpen(since time.Time) {
 		b.setState(now, StateHalfOpen)
 		b.report(from, Counts{})
 	}
+}
+
+// trialClosed closes b on its own trial's success, unless b has left the half-open period gen
+// the trial was admitted in meanwhile.
+func (b *Breaker) trialClosed(gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != StateHalfOpen || b.gen != gen {
+		return
+	}
+	b.closeLocked(time.Now(), Counts{Requests: b.trialSuccesses})
 }
 
 // fleetClosed closes b: the fleet's trials succeeded, or it is closed fleet-wide.

@@ -21,6 +21,11 @@ import (
 // fleetRules trip after 3 failures in a row and cool down quickly, so that tests see half-open.
 var fleetRules = resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 400 * time.Millisecond}, HalfOpenRequests: 1}
 
+// fleetTestTimeout bounds each call to Redis. These tests check what the fleet decides, not how
+// fast Redis answers: the production default (100ms) is missed now and then by a loaded machine
+// running -race, which once failed a test's first Sync.
+const fleetTestTimeout = time.Second
+
 // instance is one payrouter instance's breakers, tied to the fleet.
 type instance struct {
 	d     *resilience.Domains
@@ -33,12 +38,12 @@ func (in instance) breaker() *resilience.Breaker { return in.d.Breaker("paywell"
 // test ends.
 func startInstance(t *testing.T, url, origin string, s resilience.BreakerSettings) instance {
 	t.Helper()
-	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":"})
+	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":", Timeout: fleetTestTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := resilience.NewDomains([]resilience.GatewaySettings{{Name: "paywell", Breaker: s}}, nil)
-	f := resilience.NewFleet(d, store, resilience.FleetOptions{Origin: origin, Refresh: 200 * time.Millisecond})
+	f := resilience.NewFleet(d, store, resilience.FleetOptions{Origin: origin, Refresh: 200 * time.Millisecond, Timeout: fleetTestTimeout})
 	if err := f.Sync(t.Context()); err != nil {
 		t.Fatalf("Sync at start: %v", err)
 	}
@@ -197,7 +202,7 @@ func TestFleetRestartedInstanceComesBackOpen(t *testing.T) {
 // waitShared polls the fleet's state of paywell/charge in Redis until ok.
 func waitShared(t *testing.T, url string, ok func(payrouter.SharedBreaker) bool, what string) {
 	t.Helper()
-	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":"})
+	store, err := redisstore.Open(url, redisstore.Options{Prefix: "fleettest:" + t.Name() + ":", Timeout: fleetTestTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func (f *flakyFleet) ReportOutcomes(context.Context, string, payrouter.BreakerRu
 	return false, payrouter.BreakerCounts{}, nil
 }
 
-func (f *flakyFleet) OpenBreaker(_ context.Context, breaker string, _ time.Duration, _ payrouter.BreakerCounts, _ string) (bool, error) {
+func (f *flakyFleet) OpenBreaker(_ context.Context, breaker string, _ time.Duration, _ payrouter.BreakerCounts, _ payrouter.TrialGen, _ string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failOpen > 0 {
@@ -53,11 +53,11 @@ func (f *flakyFleet) OpenBreaker(_ context.Context, breaker string, _ time.Durat
 	return true, nil
 }
 
-func (f *flakyFleet) TakeTrial(context.Context, string, int, time.Duration) (bool, error) {
-	return false, nil
+func (f *flakyFleet) TakeTrial(context.Context, string, int, time.Duration) (payrouter.TrialGen, error) {
+	return 0, nil
 }
-func (f *flakyFleet) ReturnTrial(context.Context, string) error { return nil }
-func (f *flakyFleet) TrialSucceeded(context.Context, string, int, string) (bool, error) {
+func (f *flakyFleet) ReturnTrial(context.Context, string, payrouter.TrialGen) error { return nil }
+func (f *flakyFleet) TrialSucceeded(context.Context, string, payrouter.TrialGen, int, string) (bool, error) {
 	return false, nil
 }
 func (f *flakyFleet) CloseBreaker(context.Context, string, string) (bool, error) { return false, nil }

@@ -151,3 +151,62 @@ func TestHalfOpenFailureReportsCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestTrialOfAnEarlierHalfOpenPeriod: a trial admitted in one half-open period that reports after
+// the breaker reopened and went half-open again counts for nothing in the new period, as
+// gobreaker's generations drop a call admitted before the state changed: its success does not
+// close it, its failure does not reopen it, and an excluded outcome does not give back a trial
+// place of the new period.
+func TestTrialOfAnEarlierHalfOpenPeriod(t *testing.T) {
+	tests := []struct {
+		name  string
+		late  payrouter.Outcome
+		check func(t *testing.T, b *Breaker)
+	}{
+		{"success", succ, func(t *testing.T, b *Breaker) {
+			// Had the late success counted, this first success of the period would close it.
+			nextDone(t, b)(succ)
+			expectState(t, b, StateHalfOpen)
+		}},
+		{"failure", unav, func(t *testing.T, b *Breaker) { expectState(t, b, StateHalfOpen) }},
+		{"excluded", malf, func(t *testing.T, b *Breaker) {
+			nextDone(t, b) // the period's second place: both are taken
+			if _, err := b.Allow(); !errors.Is(err, ErrOpen) {
+				t.Fatalf("a third trial in a period of two: %v, want ErrOpen", err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := halfOpen(t, 2, newRecorder())
+				late, failing := nextDone(t, b), nextDone(t, b)
+				failing(unav) // reopens
+				expectState(t, b, StateOpen)
+				time.Sleep(threeThenCool.Cooldown + time.Second)
+				expectState(t, b, StateHalfOpen)
+				first := nextDone(t, b)
+
+				late(tc.late)
+				tc.check(t, b)
+				expectState(t, b, StateHalfOpen)
+				first(succ) // the period's own trials still decide
+				if tc.late == malf {
+					return // the second place's trial is still out
+				}
+				nextDone(t, b)(succ)
+				expectState(t, b, StateClosed)
+			})
+		})
+	}
+}
+
+// nextDone admits one trial call and returns its report.
+func nextDone(t *testing.T, b *Breaker) func(payrouter.Outcome) {
+	t.Helper()
+	done, err := b.Allow()
+	if err != nil {
+		t.Fatalf("trial call: %v", err)
+	}
+	return done
+}

@@ -80,10 +80,8 @@ type Service struct {
 	// path and getenv are where a reload reads the configuration from.
 	path   string
 	getenv func(string) string
-	// store is the money state (memstore, or pgstore for a fleet); forced keeps the breakers'
-	// forced states (Redis through shared for a fleet, else memstore).
+	// store is the money state (memstore, or pgstore for a fleet).
 	store   payrouter.Store
-	forced  payrouter.BreakerStateStore
 	shared  *statestore.Store // the fleet's Redis; nil without state.redis_url
 	fleet   *resilience.Fleet // nil without state.redis_url
 	prober  *resilience.Prober
@@ -209,7 +207,7 @@ func workerIdle(cfg *config.Config) time.Duration {
 // NewAdminServer), the service itself answering POST /admin/reload.
 func (s *Service) Deps() httpapi.Deps {
 	deps := httpapi.Deps{
-		Credentials: s.creds, Router: s.router, Store: s.store, Forced: s.forced,
+		Credentials: s.creds, Router: s.router, Store: s.store,
 		Domains: s.domains, Fleet: s.fleet, Metrics: s.metrics, Gateways: s.cfg.Summary(), Reloader: s,
 		IdempotencyTTL: s.cfg.Idempotency.TTL, Limits: s.limits, Log: s.log,
 	}

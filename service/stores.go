@@ -3,9 +3,11 @@ package service
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/health"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/pgstore"
 	"github.com/payrouter/payrouter/redisstore"
@@ -25,15 +27,12 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 	}
 	mem := memstore.New(bounds...)
 	s.closers = append(s.closers, s.closing("state.memory", mem.Close))
-	s.store, s.forced = mem, mem
+	s.store = mem
 	if len(bounds) > 0 {
 		s.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
 	}
 	if given != nil {
 		s.store = given
-		if f, ok := given.(payrouter.BreakerStateStore); ok {
-			s.forced = f // the forced states beside the money, as memstore keeps them
-		}
 	} else if url := s.cfg.State.DatabaseURL; url != "" && s.role == Serve {
 		pg, err := pgstore.Open(ctx, url, pgstore.Options{
 			Timeout: s.cfg.State.DatabaseTimeout, Log: s.log, NoMigrate: !s.cfg.State.DatabaseMigrate,
@@ -67,7 +66,6 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 			}
 		},
 	})
-	s.forced = s.shared
 	s.fleet = resilience.NewFleet(s.domains, s.shared, resilience.FleetOptions{
 		Origin: s.origin, Timeout: s.cfg.State.RedisTimeout, Up: s.shared.Up, Log: s.log,
 		Failed: s.metrics.CoordinationFailed,
@@ -83,36 +81,20 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 // watchDatabase pings the money store every second until ctx ends, and on every change says so:
 // payrouter_database_up, and database.down (with the error) or database.up (with the outage's
 // length). While it is down every money request answers 503 state-unavailable by itself (the
-// store's own errors); this is what ops see of it.
+// store's own errors); this is what ops see of it. It is the health.Watch statestore keeps of
+// Redis, with the database's names.
 func (s *Service) watchDatabase(ctx context.Context) {
 	if s.cfg.State.DatabaseURL == "" {
 		return
 	}
-	up, since := true, time.Now()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.State.DatabaseTimeout)
-		err := s.store.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		switch {
-		case err != nil && up:
-			up, since = false, time.Now()
-			s.metrics.DatabaseUp(false)
-			s.log.Error("database.down", "err", err.Error(),
-				"then", "charges, captures, voids, refunds and look-ups answer 503 state-unavailable; no gateway is called")
-		case err == nil && !up:
-			up = true
-			s.metrics.DatabaseUp(true)
-			s.log.Info("database.up", "down_for_ms", time.Since(since).Milliseconds())
-		}
-	}
+	health.NewWatch(s.store.Ping, health.Options{
+		Name:      "database",
+		Every:     time.Second,
+		Timeout:   s.cfg.State.DatabaseTimeout,
+		DownLevel: slog.LevelError,
+		Then:      "charges, captures, voids, refunds and look-ups answer 503 state-unavailable; no gateway is called",
+		OutageKey: "down_for_ms",
+		Log:       s.log,
+		OnChange:  s.metrics.DatabaseUp,
+	}).Run(ctx)
 }

@@ -10,45 +10,31 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// TestWhileDown: nothing waits on the primary once it is known to be down. Forced states are
-// answered from this instance's memory, Ping says since when and why, and the primary is never
-// called.
+// TestWhileDown: nothing waits on the primary once it is known to be down: the fleet's calls fail
+// with ErrDown, Ping says since when and why, and the primary is never called.
 func TestWhileDown(t *testing.T) {
 	h := start(t, newFake())
-	// Before the outage: a breaker forced through this instance, one through another.
-	if err := h.SetForced(t.Context(), "ding/charge", payrouter.ForcedClosed); err != nil {
-		t.Fatalf("SetForced: %v", err)
-	}
-	h.fake.set("tranglo/charge", payrouter.ForcedOpen)
-	if _, err := h.ForcedStates(t.Context()); err != nil {
-		t.Fatalf("ForcedStates: %v", err)
+	if err := h.ForceBreaker(t.Context(), "ding/charge", payrouter.ForcedClosed, "i1"); err != nil {
+		t.Fatalf("ForceBreaker: %v", err)
 	}
 	h.goDown(t)
 	calls := h.fake.calls.Load()
 
-	if err := h.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen); err != nil {
-		t.Fatalf("SetForced while down: %v", err)
-	}
-	if err := h.SetForced(t.Context(), "ding/charge", payrouter.ForcedNone); err != nil {
-		t.Fatalf("SetForced(ForcedNone) while down: %v", err)
-	}
-	forced, err := h.ForcedStates(t.Context())
-	want := map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen, "tranglo/charge": payrouter.ForcedOpen}
-	if err != nil || !maps.Equal(forced, want) {
-		t.Fatalf("ForcedStates while down = %v, %v; want %v: what was read before, with the changes made since", forced, err, want)
+	if err := h.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1"); !errors.Is(err, ErrDown) {
+		t.Fatalf("ForceBreaker while down = %v, want ErrDown", err)
 	}
 	if _, err := h.BreakerStates(t.Context(), []string{"paywell/charge"}); !errors.Is(err, ErrDown) {
 		t.Fatalf("BreakerStates while down = %v, want ErrDown", err)
 	}
 
-	err = h.Ping(t.Context())
+	err := h.Ping(t.Context())
 	if !errors.Is(err, ErrDown) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "since") {
 		t.Fatalf("Ping while down = %v; want ErrDown saying since when and why", err)
 	}
 	if n := h.fake.calls.Load() - calls; n != 0 {
 		t.Fatalf("the primary was called %d times while down, want never", n)
 	}
-	if got := h.fake.forcedNow(); got["paywell/charge"] != payrouter.ForcedNone || got["ding/charge"] != payrouter.ForcedClosed {
+	if got := h.fake.forcedNow(); !maps.Equal(got, map[string]payrouter.Forced{"ding/charge": payrouter.ForcedClosed}) {
 		t.Fatalf("the primary's forced states changed while it was down: %v", got)
 	}
 	if !h.fake.down.Load() || h.Up() {
@@ -68,12 +54,15 @@ func TestFleetWhileDown(t *testing.T) {
 			return err
 		}},
 		{"OpenBreaker", func(s *Store) error {
-			_, err := s.OpenBreaker(t.Context(), "paywell/charge", time.Second, payrouter.BreakerCounts{}, "i1")
+			_, err := s.OpenBreaker(t.Context(), "paywell/charge", time.Second, payrouter.BreakerCounts{}, 0, "i1")
 			return err
 		}},
 		{"TakeTrial", func(s *Store) error { _, err := s.TakeTrial(t.Context(), "paywell/charge", 1, time.Second); return err }},
-		{"ReturnTrial", func(s *Store) error { return s.ReturnTrial(t.Context(), "paywell/charge") }},
-		{"TrialSucceeded", func(s *Store) error { _, err := s.TrialSucceeded(t.Context(), "paywell/charge", 1, "i1"); return err }},
+		{"ReturnTrial", func(s *Store) error { return s.ReturnTrial(t.Context(), "paywell/charge", 1) }},
+		{"TrialSucceeded", func(s *Store) error {
+			_, err := s.TrialSucceeded(t.Context(), "paywell/charge", 1, 1, "i1")
+			return err
+		}},
 		{"CloseBreaker", func(s *Store) error { _, err := s.CloseBreaker(t.Context(), "paywell/charge", "i1"); return err }},
 		{"ForceBreaker", func(s *Store) error {
 			return s.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1")

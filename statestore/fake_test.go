@@ -36,8 +36,8 @@ func isNetError(err error) bool {
 
 // fakePrimary is a coordination store in memory with an off switch: while down every call,
 // Ping included, fails with errRefused. It counts calls so tests can tell that a down Store never
-// touches it. Its forced states are its content; tests read and write them through forced (as
-// another instance would) without going through the switch or the counters.
+// touches it. Its forced states are its content; tests read them through forcedNow without going
+// through the switch or the counters.
 type fakePrimary struct {
 	down   atomic.Bool
 	calls  atomic.Int64 // every call but Ping
@@ -46,7 +46,7 @@ type fakePrimary struct {
 
 	mu        sync.Mutex
 	forced    map[string]payrouter.Forced
-	failForce map[string]error // SetForced of these breakers fails with this error
+	failForce map[string]error // ForceBreaker of these breakers fails with this error
 }
 
 func newFake() *fakePrimary {
@@ -63,7 +63,7 @@ func (f *fakePrimary) enter() error {
 	return nil
 }
 
-// setFailForce makes SetForced of breaker fail with err; nil lifts it.
+// setFailForce makes ForceBreaker of breaker fail with err; nil lifts it.
 func (f *fakePrimary) setFailForce(breaker string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -74,11 +74,15 @@ func (f *fakePrimary) setFailForce(breaker string, err error) {
 	f.failForce[breaker] = err
 }
 
-// set writes a forced state as another instance would, behind the Store's back.
+// set writes a forced state; ForcedNone deletes it.
 func (f *fakePrimary) set(breaker string, forced payrouter.Forced) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	setForced(f.forced, breaker, forced)
+	if forced == payrouter.ForcedNone {
+		delete(f.forced, breaker)
+		return
+	}
+	f.forced[breaker] = forced
 }
 
 // forcedNow is the fake's forced states, read behind the Store's back.
@@ -101,48 +105,26 @@ func (f *fakePrimary) Close() error {
 	return nil
 }
 
-// SetForced refuses what redisstore refuses, so that the suite holds the fake to the same rules.
-func (f *fakePrimary) SetForced(_ context.Context, breaker string, forced payrouter.Forced) error {
-	if err := f.enter(); err != nil {
-		return err
-	}
-	if err := checkForced(breaker, forced); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.failForce[breaker]; err != nil {
-		return err
-	}
-	setForced(f.forced, breaker, forced)
-	return nil
-}
-
-func (f *fakePrimary) ForcedStates(context.Context) (map[string]payrouter.Forced, error) {
-	if err := f.enter(); err != nil {
-		return nil, err
-	}
-	return f.forcedNow(), nil
-}
-
-// The fleet's methods are stubs, but for the forced states they touch: statestore only passes
-// them through or refuses them.
+// The fleet's methods answer as Redis would when there is nothing to do, but for the forced
+// states they touch: statestore only passes them through or refuses them.
 
 func (f *fakePrimary) ReportOutcomes(context.Context, string, payrouter.BreakerRules, payrouter.BreakerReport, string) (bool, payrouter.BreakerCounts, error) {
 	return false, payrouter.BreakerCounts{}, f.enter()
 }
 
-func (f *fakePrimary) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, string) (bool, error) {
+func (f *fakePrimary) OpenBreaker(context.Context, string, time.Duration, payrouter.BreakerCounts, payrouter.TrialGen, string) (bool, error) {
 	return true, f.enter()
 }
 
-func (f *fakePrimary) TakeTrial(context.Context, string, int, time.Duration) (bool, error) {
-	return true, f.enter()
+func (f *fakePrimary) TakeTrial(context.Context, string, int, time.Duration) (payrouter.TrialGen, error) {
+	return 1, f.enter()
 }
 
-func (f *fakePrimary) ReturnTrial(context.Context, string) error { return f.enter() }
+func (f *fakePrimary) ReturnTrial(context.Context, string, payrouter.TrialGen) error {
+	return f.enter()
+}
 
-func (f *fakePrimary) TrialSucceeded(context.Context, string, int, string) (bool, error) {
+func (f *fakePrimary) TrialSucceeded(context.Context, string, payrouter.TrialGen, int, string) (bool, error) {
 	return true, f.enter()
 }
 
@@ -152,6 +134,12 @@ func (f *fakePrimary) CloseBreaker(context.Context, string, string) (bool, error
 
 func (f *fakePrimary) ForceBreaker(_ context.Context, breaker string, forced payrouter.Forced, _ string) error {
 	if err := f.enter(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	err := f.failForce[breaker]
+	f.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	f.set(breaker, forced)
@@ -191,31 +179,16 @@ func (f *fakePrimary) HoldLease(context.Context, string, string, time.Duration) 
 
 func (f *fakePrimary) DropLease(context.Context, string, string) error { return f.enter() }
 
-// changes records OnChange calls, and what the primary held when the last OnChange(true) was
-// called: what a caller re-syncing its breakers from there would read.
+// changes records OnChange calls.
 type changes struct {
-	mu         sync.Mutex
-	ups        []bool
-	forcedAtUp map[string]payrouter.Forced
+	mu  sync.Mutex
+	ups []bool
 }
 
-func (c *changes) record(up bool, primary *fakePrimary) {
-	var forced map[string]payrouter.Forced
-	if up {
-		forced = primary.forcedNow()
-	}
+func (c *changes) record(up bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ups = append(c.ups, up)
-	if up {
-		c.forcedAtUp = forced
-	}
-}
-
-func (c *changes) forcedWhenUp() map[string]payrouter.Forced {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.forcedAtUp
 }
 
 func (c *changes) get() []bool {
@@ -240,7 +213,7 @@ func start(t *testing.T, f *fakePrimary) *harness {
 		CheckDown:   checkDown,
 		CheckUp:     checkUp,
 		Log:         slog.New(slog.NewTextHandler(h.log, nil)),
-		OnChange:    func(up bool) { h.changes.record(up, f) },
+		OnChange:    h.changes.record,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -18,7 +18,7 @@ import (
 // error into one wrapping ErrDown (marking the store down), so that callers need check only
 // ErrDown.
 func (s *Store) fleetCall(ctx context.Context, what string, call func() error) error {
-	if err := s.downErr(); err != nil {
+	if err := s.watch.Err(ErrDown); err != nil {
 		return fmt.Errorf("statestore: %s: %w", what, err)
 	}
 	err := call()
@@ -40,9 +40,9 @@ func (s *Store) ReportOutcomes(ctx context.Context, breaker string, rules payrou
 
 // OpenBreaker opens the breaker fleet-wide (payrouter.FleetBreakers); ErrDown while the
 // coordination store is down.
-func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts payrouter.BreakerCounts, origin string) (opened bool, err error) {
+func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.Duration, counts payrouter.BreakerCounts, trial payrouter.TrialGen, origin string) (opened bool, err error) {
 	err = s.fleetCall(ctx, "open breaker", func() (err error) {
-		opened, err = s.primary.OpenBreaker(ctx, breaker, cooldown, counts, origin)
+		opened, err = s.primary.OpenBreaker(ctx, breaker, cooldown, counts, trial, origin)
 		return err
 	})
 	return opened, err
@@ -50,27 +50,27 @@ func (s *Store) OpenBreaker(ctx context.Context, breaker string, cooldown time.D
 
 // TakeTrial takes a fleet-wide trial slot of a half-open breaker (payrouter.FleetBreakers);
 // ErrDown while the coordination store is down.
-func (s *Store) TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (taken bool, err error) {
+func (s *Store) TakeTrial(ctx context.Context, breaker string, max int, ttl time.Duration) (gen payrouter.TrialGen, err error) {
 	err = s.fleetCall(ctx, "take trial", func() (err error) {
-		taken, err = s.primary.TakeTrial(ctx, breaker, max, ttl)
+		gen, err = s.primary.TakeTrial(ctx, breaker, max, ttl)
 		return err
 	})
-	return taken, err
+	return gen, err
 }
 
 // ReturnTrial gives a trial slot back unused (payrouter.FleetBreakers); ErrDown while the
 // coordination store is down.
-func (s *Store) ReturnTrial(ctx context.Context, breaker string) error {
+func (s *Store) ReturnTrial(ctx context.Context, breaker string, gen payrouter.TrialGen) error {
 	return s.fleetCall(ctx, "return trial", func() error {
-		return s.primary.ReturnTrial(ctx, breaker)
+		return s.primary.ReturnTrial(ctx, breaker, gen)
 	})
 }
 
 // TrialSucceeded counts a successful trial (payrouter.FleetBreakers); ErrDown while the
 // coordination store is down.
-func (s *Store) TrialSucceeded(ctx context.Context, breaker string, max int, origin string) (closed bool, err error) {
+func (s *Store) TrialSucceeded(ctx context.Context, breaker string, gen payrouter.TrialGen, max int, origin string) (closed bool, err error) {
 	err = s.fleetCall(ctx, "trial succeeded", func() (err error) {
-		closed, err = s.primary.TrialSucceeded(ctx, breaker, max, origin)
+		closed, err = s.primary.TrialSucceeded(ctx, breaker, gen, max, origin)
 		return err
 	})
 	return closed, err

@@ -3,7 +3,6 @@ package statestore
 import (
 	"context"
 	"errors"
-	"maps"
 	"testing"
 	"time"
 
@@ -13,9 +12,8 @@ import (
 )
 
 // TestRedisOutage is the incident with a real redis-server killed and started again (empty, as
-// after a crash without persistence): while it is down every call answers at once, the fleet's
-// calls with ErrDown and forced states from this instance's memory; once it is back the Store
-// comes up by itself, the forced state set meanwhile is in Redis, and the fleet's calls work.
+// after a crash without persistence): while it is down every call answers at once, with ErrDown;
+// once it is back the Store comes up by itself and the fleet's calls work.
 func TestRedisOutage(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	srv := redistest.Start(t)
@@ -40,7 +38,6 @@ func TestRedisOutage(t *testing.T) {
 		<-done
 		s.Close()
 	})
-	mustSetForced(t, s, "ding/charge", payrouter.ForcedClosed)
 
 	srv.Stop()
 	// The first call to meet the outage costs at most the client's timeout; every later one
@@ -63,13 +60,11 @@ func TestRedisOutage(t *testing.T) {
 			t.Fatalf("%s while Redis is down: %v", what, err)
 		}
 	}
-	quick("SetForced", func() error { return s.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen) })
-	quick("ForcedStates", func() error {
-		got, err := s.ForcedStates(t.Context())
-		if want := map[string]payrouter.Forced{"ding/charge": payrouter.ForcedClosed, "paywell/charge": payrouter.ForcedOpen}; err == nil && !maps.Equal(got, want) {
-			t.Errorf("ForcedStates while Redis is down = %v, want %v", got, want)
+	quick("ForceBreaker", func() error {
+		if err := s.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1"); !errors.Is(err, ErrDown) {
+			t.Errorf("ForceBreaker while Redis is down = %v, want ErrDown", err)
 		}
-		return err
+		return nil
 	})
 	quick("HoldLease", func() error {
 		if _, err := s.HoldLease(t.Context(), "probe/paywell", "i1", time.Minute); !errors.Is(err, ErrDown) {
@@ -99,10 +94,11 @@ func TestRedisOutage(t *testing.T) {
 	if ups[0] || !ups[1] {
 		t.Fatalf("OnChange calls = %v, want [false true]", ups)
 	}
-	// Redis came back empty: what it knows now is what this instance pushed, and nothing older.
-	got, err := rs.ForcedStates(t.Context())
-	if want := map[string]payrouter.Forced{"paywell/charge": payrouter.ForcedOpen}; err != nil || !maps.Equal(got, want) {
-		t.Fatalf("Redis's forced states after the re-sync = %v, %v; want %v", got, err, want)
+	if err := s.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1"); err != nil {
+		t.Fatalf("ForceBreaker after Redis returned: %v", err)
+	}
+	if st, err := rs.BreakerStates(t.Context(), []string{"paywell/charge"}); err != nil || st["paywell/charge"].Forced != payrouter.ForcedOpen {
+		t.Fatalf("Redis's state of paywell/charge after ForceBreaker = %+v, %v; want forced open", st, err)
 	}
 	if held, err := s.HoldLease(t.Context(), "probe/paywell", "i1", time.Minute); err != nil || !held {
 		t.Fatalf("HoldLease after Redis returned = %v, %v; want held", held, err)

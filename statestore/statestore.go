@@ -3,10 +3,11 @@
 // (docs/architecture.md, Breakers: "Redis slow or down must not take payrouter down"). A Store
 // wraps that coordination store (Shared; redisstore.Store in production). While it answers, every
 // call goes to it. On the first call that finds it unreachable the Store goes down, and from then
-// on no call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, forced states
-// are served from this instance's memory (forced.go), and a health goroutine (Run) pings Redis
-// until it answers, pushes the forced states set here meanwhile (the re-sync, resync.go) and goes
-// up again.
+// on no call waits on it: FleetBreakers and Leases calls fail at once with ErrDown, and its
+// health.Watch (Run), the same watch the money store's database has, pings Redis until it
+// answers and goes up again. Nothing of the fleet's state is kept here: forced states live in
+// Redis, and what this instance decided alone meanwhile (forced states, breakers it opened) is
+// resilience.Fleet's to send again.
 //
 // While Redis is away each instance keeps its own breakers, and says so: its caller
 // (resilience.Fleet) decides alone on ErrDown; OnChange(false) feeds the payrouter_state_store_up
@@ -25,11 +26,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/health"
 )
 
 // Defaults of Options.
@@ -47,11 +47,10 @@ const (
 // (so their caller, the breaker fleet, works locally instead). Check it with errors.Is.
 var ErrDown = errors.New("shared state store is down")
 
-// Shared is the coordination state a fleet shares (redisstore.Store implements it): forced
-// states, the fleet's breakers and leases, a health check and the client's Close. It holds
+// Shared is the coordination state a fleet shares (redisstore.Store implements it): the fleet's
+// breakers (forced states included) and leases, a health check and the client's Close. It holds
 // nothing of money.
 type Shared interface {
-	payrouter.BreakerStateStore
 	payrouter.FleetBreakers
 	payrouter.Leases
 	// Ping reports whether the store answers.
@@ -73,12 +72,10 @@ type Options struct {
 	// CheckUp is how often it is pinged while up, to notice an outage with no traffic;
 	// 0: DefaultCheckUp.
 	CheckUp time.Duration
-	// Log receives state_store.down and state_store.up, and what the re-sync could not push;
-	// nil: discarded.
+	// Log receives state_store.down and state_store.up; nil: discarded.
 	Log *slog.Logger
-	// OnChange is called from Run's goroutine, in order, on every change of Up (after the
-	// re-sync when coming up), for the payrouter_state_store_up metric and for the caller to
-	// re-sync its breakers; nil: none.
+	// OnChange is called from Run's goroutine, in order, on every change of Up, for the
+	// payrouter_state_store_up metric and for the caller to re-sync its breakers; nil: none.
 	OnChange func(up bool)
 }
 
@@ -114,84 +111,51 @@ func defaultUnavailable(err error) bool {
 type Store struct {
 	primary Shared
 	o       Options
-
-	// up is read on every call without a lock; it changes under stateMu, with since and reason.
-	up      atomic.Bool
-	closed  atomic.Bool
-	stateMu sync.Mutex
-	since   time.Time
-	reason  error
-
-	// changed tells Run the store went down, so OnChange(false) is called at once; pushSoon tells
-	// it a forced state was set here while up, to be pushed. Both hold one signal, never block.
-	changed  chan struct{}
-	pushSoon chan struct{}
-
-	// mu guards the forced states kept here (forced.go).
-	mu sync.Mutex
-	// mirror is every forced state as this instance last knew it: the coordination store's as
-	// last read or written through this Store, with pending applied. ForcedStates answers it
-	// while down.
-	mirror map[string]payrouter.Forced
-	// pending are forced states set here that the coordination store has not taken yet, by
-	// breaker (ForcedNone: a forcing lifted).
-	pending map[string]pendingForced
-	// seq versions pending, so that the push of an older change never forgets a newer one.
-	seq uint64
-	// gen changes with every write to mirror, so that mirroring an older read of the
-	// coordination store never undoes a newer write.
-	gen uint64
-}
-
-// pendingForced is a forced state set here and not yet pushed.
-type pendingForced struct {
-	f       payrouter.Forced
-	version uint64
+	// watch holds whether the coordination store is up, since when it is down and why; it logs
+	// state_store.down and state_store.up and calls OnChange.
+	watch *health.Watch
 }
 
 var (
-	_ Shared                      = (*Store)(nil)
-	_ payrouter.BreakerStateStore = (*Store)(nil)
-	_ payrouter.FleetBreakers     = (*Store)(nil)
-	_ payrouter.Leases            = (*Store)(nil)
+	_ Shared                  = (*Store)(nil)
+	_ payrouter.FleetBreakers = (*Store)(nil)
+	_ payrouter.Leases        = (*Store)(nil)
 )
 
 // New returns a Store over primary. It starts up: the coordination store is assumed reachable
 // until a call or a ping says otherwise, so that starting while Redis is down costs one failed
 // call, not a wait. Run its health loop with Run.
 func New(primary Shared, o Options) *Store {
-	s := &Store{
-		primary:  primary,
-		o:        o.withDefaults(),
-		changed:  make(chan struct{}, 1),
-		pushSoon: make(chan struct{}, 1),
-		mirror:   map[string]payrouter.Forced{},
-		pending:  map[string]pendingForced{},
+	o = o.withDefaults()
+	return &Store{
+		primary: primary,
+		o:       o,
+		watch: health.NewWatch(primary.Ping, health.Options{
+			Name:      "state_store",
+			Every:     o.CheckUp,
+			EveryDown: o.CheckDown,
+			DownLevel: slog.LevelWarn,
+			Then:      "each instance keeps its own breakers until the state store answers",
+			OutageKey: "outage_ms",
+			Log:       o.Log,
+			OnChange:  o.OnChange,
+		}),
 	}
-	s.up.Store(true)
-	return s
 }
 
 // Up reports whether the coordination store is up: calls go to it, and the breaker fleet shares
 // state.
-func (s *Store) Up() bool { return s.up.Load() }
+func (s *Store) Up() bool { return s.watch.Up() }
 
 // Down reports since when the coordination store has been down and the last error that said so,
 // for /readyz's detail; down is false (and the rest zero) while it is up.
-func (s *Store) Down() (since time.Time, reason error, down bool) {
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
-	if s.up.Load() {
-		return time.Time{}, nil, false
-	}
-	return s.since, s.reason, true
-}
+func (s *Store) Down() (since time.Time, reason error, down bool) { return s.watch.Down() }
 
 // Ping reports whether the coordination store answers. While down it answers at once, with an
 // error wrapping ErrDown that says since when and why, so /readyz answers 503 with the reason
 // and never waits on the network.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.downErr(); err != nil {
+	if err := s.watch.Err(ErrDown); err != nil {
 		return fmt.Errorf("statestore: %w", err)
 	}
 	err := s.primary.Ping(ctx)
@@ -199,28 +163,14 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	// A failed ping is a store that does not serve, whatever the classifier says of the error.
-	s.markDown(err)
+	s.watch.Failed(err)
 	return fmt.Errorf("statestore: %w: %w", ErrDown, err)
 }
 
-// Close closes the coordination store's client. Run is stopped by its context. Forced states
-// still pending are not pushed: they were this instance's alone, and go with it.
+// Close closes the coordination store's client. Run is stopped by its context.
 func (s *Store) Close() error {
-	s.closed.Store(true)
+	s.watch.Close()
 	return s.primary.Close()
-}
-
-// downErr is nil while up, and otherwise the error wrapping ErrDown that callers get.
-func (s *Store) downErr() error {
-	if s.up.Load() {
-		return nil
-	}
-	since, reason, down := s.Down()
-	if !down {
-		return nil // came up meanwhile
-	}
-	return fmt.Errorf("%w since %s (%s ago): last error: %w",
-		ErrDown, since.Format(time.RFC3339Nano), time.Since(since).Round(time.Millisecond), reason)
 }
 
 // fallBack reports whether a call to the coordination store that returned err met an outage,
@@ -230,132 +180,11 @@ func (s *Store) fallBack(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || !s.o.Unavailable(err) {
 		return false
 	}
-	s.markDown(err)
+	s.watch.Failed(err)
 	return true
 }
 
-// markDown stops every call from waiting on the coordination store. Only the call that switches
-// logs, so an outage met by many calls at once is one log line.
-func (s *Store) markDown(err error) {
-	if s.closed.Load() {
-		return // a closed client's errors are not an outage
-	}
-	s.stateMu.Lock()
-	s.reason = err
-	if !s.up.Load() {
-		s.stateMu.Unlock()
-		return
-	}
-	s.since = time.Now()
-	s.up.Store(false)
-	s.stateMu.Unlock()
-	s.o.Log.Warn("state_store.down", "err", err, "then", "each instance keeps its own breakers until the state store answers")
-	signal(s.changed)
-}
-
-// noteFailure keeps the latest error of a store already down, for Down and Ping.
-func (s *Store) noteFailure(err error) {
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
-	if !s.up.Load() {
-		s.reason = err
-	}
-}
-
-// markUp sends calls to the coordination store again and returns how long the outage lasted.
-func (s *Store) markUp() time.Duration {
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
-	outage := time.Since(s.since)
-	s.since, s.reason = time.Time{}, nil
-	s.up.Store(true)
-	return outage
-}
-
-// signal wakes Run without ever blocking the caller: one pending signal is as good as many.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// Run is the health loop: while down it pings the coordination store every CheckDown and, once
-// it answers, pushes the forced states set here meanwhile and goes up; while up it pings every
-// CheckUp and goes down on a failure, and pushes any forced state still pending. It calls
-// OnChange on every change and returns when ctx ends. Call it once.
-func (s *Store) Run(ctx context.Context) {
-	reported := true
-	report := func() {
-		if up := s.up.Load(); up != reported {
-			reported = up
-			s.o.OnChange(up)
-		}
-	}
-	for {
-		report()
-		every := s.o.CheckUp
-		if !s.up.Load() {
-			every = s.o.CheckDown
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-s.changed:
-			t.Stop()
-			continue
-		case <-s.pushSoon:
-			t.Stop()
-			if s.up.Load() {
-				s.pushWhileUp(ctx)
-			}
-			continue
-		case <-t.C:
-		}
-
-		if s.up.Load() {
-			if err := s.primary.Ping(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.markDown(err)
-				continue
-			}
-			s.pushWhileUp(ctx)
-			continue
-		}
-
-		if err := s.primary.Ping(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.noteFailure(err)
-			continue
-		}
-		pushed, err := s.push(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.noteFailure(err)
-			continue
-		}
-		outage := s.markUp()
-		s.o.Log.Info("state_store.up", "outage_ms", outage.Milliseconds(),
-			"pushed_forced", pushed, "still_pending", s.pendingCount())
-		report()
-	}
-}
-
-// pushWhileUp pushes the pending forced states, if any, and goes down if the coordination store
-// stops answering meanwhile.
-func (s *Store) pushWhileUp(ctx context.Context) {
-	if s.pendingCount() == 0 {
-		return
-	}
-	if _, err := s.push(ctx); err != nil && ctx.Err() == nil {
-		s.markDown(err)
-	}
-}
+// Run is the health loop (health.Watch.Run): while down it pings the coordination store every
+// CheckDown and goes up once it answers; while up it pings every CheckUp and goes down on a
+// failure. It calls OnChange on every change and returns when ctx ends. Call it once.
+func (s *Store) Run(ctx context.Context) { s.watch.Run(ctx) }

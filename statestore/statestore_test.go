@@ -9,35 +9,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/storetest"
 )
-
-// TestBreakerStateSuite: forced states through a Store behave as every
-// payrouter.BreakerStateStore must, whether the coordination store is up (passed through) or
-// down (served from this instance's memory).
-func TestBreakerStateSuite(t *testing.T) {
-	t.Run("up", func(t *testing.T) {
-		storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
-			h := start(t, newFake())
-			t.Cleanup(func() { h.Close() })
-			return h
-		})
-	})
-	t.Run("down", func(t *testing.T) {
-		storetest.RunBreakerState(t, func(t *testing.T) payrouter.BreakerStateStore {
-			h := start(t, newFake())
-			h.goDown(t)
-			calls := h.fake.calls.Load()
-			t.Cleanup(func() {
-				if n := h.fake.calls.Load() - calls; n != 0 {
-					t.Errorf("the primary was called %d times while down, want never", n)
-				}
-				h.Close()
-			})
-			return h
-		})
-	})
-}
 
 func TestStartsUp(t *testing.T) {
 	h := start(t, newFake())
@@ -96,16 +68,16 @@ func TestOutageMetByManyCallsIsOneTransition(t *testing.T) {
 // unavailable, and a caller whose own context ended say nothing of the store's health.
 func TestCallerErrorsAreNotOutages(t *testing.T) {
 	h := start(t, newFake())
-	if err := h.SetForced(t.Context(), "", payrouter.ForcedOpen); err == nil {
-		t.Fatal("SetForced with no breaker name succeeded")
-	}
 	refused := errors.New("ERR script refused")
 	h.fake.setFailForce("paywell/charge", refused)
-	if err := h.SetForced(t.Context(), "paywell/charge", payrouter.ForcedOpen); !errors.Is(err, refused) {
-		t.Fatalf("SetForced refused by the primary = %v, want its error", err)
+	if err := h.ForceBreaker(t.Context(), "paywell/charge", payrouter.ForcedOpen, "i1"); !errors.Is(err, refused) || errors.Is(err, ErrDown) {
+		t.Fatalf("ForceBreaker refused by the primary = %v, want its error, not ErrDown", err)
 	}
-	if got, err := h.ForcedStates(t.Context()); err != nil || len(got) != 0 {
-		t.Fatalf("ForcedStates after a refused SetForced = %v, %v; want none", got, err)
+	if got := h.fake.forcedNow(); len(got) != 0 {
+		t.Fatalf("forced states after a refused ForceBreaker = %v, want none", got)
+	}
+	if !h.Up() {
+		t.Fatal("went down on a refusal that is not an outage")
 	}
 
 	h.fake.down.Store(true)

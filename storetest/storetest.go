@@ -1,7 +1,6 @@
 // Package storetest is the behaviour every payrouter.Store must have, as one test suite that
 // each implementation runs against itself (docs/architecture.md, State stores): memstore in memory,
-// pgstore against a real PostgreSQL. RunBreakerState is the smaller suite of forced states, run by
-// memstore and by redisstore against a real redis-server.
+// pgstore against a real PostgreSQL.
 //
 // Expiry is tested with short real TTLs and polling, not a fake clock, because a database server
 // keeps its own time; the suite still finishes in seconds.
@@ -79,25 +78,6 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"queue/ack of an unknown id", testQueueAckUnknown},
 
 		{"ping", testPing},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.run(t, newStore(t))
-		})
-	}
-}
-
-// RunBreakerState runs the suite of a payrouter.BreakerStateStore (forced states) as subtests of
-// t; newStore is called once per subtest and must return an empty store of its own.
-func RunBreakerState(t *testing.T, newStore func(t *testing.T) payrouter.BreakerStateStore) {
-	t.Helper()
-	tests := []struct {
-		name string
-		run  func(t *testing.T, s payrouter.BreakerStateStore)
-	}{
-		{"forced states", testForcedStates},
-		{"forced states are copies", testForcedIsolation},
-		{"invalid", testForcedInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
