@@ -230,8 +230,11 @@ func TestChaosMoney(t *testing.T) {
 	run.stopPolling(stopWatching)
 	run.finalPass(t) // refunds a poller began late and left open
 
-	finals := run.readFinals(t)
+	// Refunds first: readRefunds waits for every refund told queued to be final, and only then
+	// do the charges show what their refunds came to (a queued refund the gateway applied is
+	// counted in amount_refunded when the queue's worker finishes it).
 	refundsFinal := run.readRefunds(t, settleBy)
+	finals := run.readFinals(t)
 	money, err := run.waitForStrays(t, s, finals, later(settleBy, time.Now().Add(chaosSettle)))
 	if err != nil {
 		t.Fatalf("reading the ledgers: %v", err)

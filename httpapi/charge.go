@@ -180,7 +180,7 @@ func (s *server) idempotent(c echo.Context, key, fp string, work func(hold payro
 			return s.writeError(c, "idempotency.complete_failed", err)
 		case err != nil:
 			// Not stored: the hold runs out, and the next request with this key settles the
-			// charge from the gateways' answers before it answers (routing.Router.Charge).
+			// charge from the gateways' answers before it answers (settle.Settler.Charge).
 			chargeID := ""
 			if a.charge != nil {
 				chargeID = a.charge.ID
@@ -351,7 +351,7 @@ func (s *server) createCharge(c echo.Context) error {
 	id := chargeIDFor(scope, key)
 	c.Set("charge_id", id) // for the request's span and the audit line
 	fp := fingerprint("POST /charge", in)
-	if u, ok := s.Router.FastFail(c.Request().Context(), chargeOf(id, scope, in, payrouter.Hold{})); ok {
+	if u, ok := s.Settler.FastFail(c.Request().Context(), chargeOf(id, scope, in, payrouter.Hold{})); ok {
 		return s.fastFail(c, key, fp, u, s.currentCharge(c, id))
 	}
 	return s.idempotent(c, key, fp, func(hold payrouter.Hold) (answer, error) {
@@ -359,7 +359,7 @@ func (s *server) createCharge(c echo.Context) error {
 	}, s.currentCharge(c, id))
 }
 
-// fastFail answers a charge no gateway can take now (routing.Router.FastFail) with one read of
+// fastFail answers a charge no gateway can take now (settle.Settler.FastFail) with one read of
 // the database and no write: a key answered before replays, a key in flight is 409, one used
 // with another body 422, and any other gets the honest 503, which is not stored (the client
 // sends the same key again after Retry-After).
@@ -407,7 +407,7 @@ func (s *server) currentCharge(c echo.Context, id string) func(ctx context.Conte
 // chargeIDFor is the id of the charge an Idempotency-Key asks for: derived from the key (and the
 // API key's scope), not drawn at random, so that a retry that finds the key free again because
 // the instance holding it died mid-call gets the same charge, which may have been approved,
-// instead of a second one (routing.Router.Charge). Attempt references derive from it too, so
+// instead of a second one (settle.Settler.Charge). Attempt references derive from it too, so
 // even a charge sent again is the same transaction at the gateway.
 //
 // It takes the caller's key, not its stored digest (payrouter.IdempotencyStoreKey), and must
@@ -427,7 +427,7 @@ func idFor(prefix, scope, key string) string {
 
 // runCharge sends a valid charge through the router and shapes its answer.
 func (s *server) runCharge(c echo.Context, id, owner string, in chargeInput, hold payrouter.Hold) (answer, error) {
-	ch, err := s.Router.Charge(c.Request().Context(), chargeOf(id, owner, in, hold))
+	ch, err := s.Settler.Charge(c.Request().Context(), chargeOf(id, owner, in, hold))
 	a, aerr := s.chargeAnswer(c, ch, err)
 	if aerr == nil {
 		a.charge = routing.FinalState(ch, err) // a gateway was called: its final state is stored with the answer
@@ -489,7 +489,7 @@ func (s *server) getCharge(c echo.Context) error {
 	if err := s.ownCharge(c, c.Param("id")); err != nil {
 		return s.writeError(c, "charge.get_failed", err)
 	}
-	ch, stale, err := s.Router.Settler().Refresh(c.Request().Context(), c.Param("id"))
+	ch, stale, err := s.Settler.Refresh(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return s.writeError(c, "charge.get_failed", err)
 	}

@@ -152,12 +152,12 @@ func (s *server) ownCharge(c echo.Context, id string) error {
 
 // captureCharge is POST /charge/{id}/capture.
 func (s *server) captureCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "capture", s.Router.Settler().Capture)
+	return s.changeAuthorization(c, "capture", s.Settler.Capture)
 }
 
 // voidCharge is POST /charge/{id}/void.
 func (s *server) voidCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "void", s.Router.Settler().Void)
+	return s.changeAuthorization(c, "void", s.Settler.Void)
 }
 
 // changeAuthorization runs capture or void under the request's Idempotency-Key and answers 200
@@ -197,7 +197,7 @@ func (s *server) refundCharge(c echo.Context) error {
 	refundID := refundIDFor(scopeOf(c), key)
 	c.Set("refund_id", refundID)
 	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
-		rf, err := s.Router.Settler().Refund(c.Request().Context(), id, amount, refundID)
+		rf, err := s.Settler.Refund(c.Request().Context(), id, amount, refundID)
 		if err != nil {
 			return s.errorAnswer(c, "refund.failed", err)
 		}
@@ -227,7 +227,7 @@ func refundAnswer(rf *payrouter.Refund) (answer, error) {
 
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
-	rf, err := s.Router.Settler().GetRefund(c.Request().Context(), c.Param("id"))
+	rf, err := s.Settler.GetRefund(c.Request().Context(), c.Param("id"))
 	if err == nil && !rf.OwnedBy(scopeOf(c)) {
 		err = settle.ErrNoRefund(rf.ID)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/resilience"
-	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -37,7 +37,8 @@ const DefaultHold = 5 * time.Second
 type Deps struct {
 	// Credentials are the API keys and the admin token; a reload may change them.
 	Credentials *Credentials
-	Router      *routing.Router
+	// Settler runs charges and everything after their first answer.
+	Settler *settle.Settler
 	// Store is the money state.
 	Store payrouter.Store
 	// Coordination, when set, is pinged by /readyz beside Store: the fleet's Redis.

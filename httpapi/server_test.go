@@ -22,6 +22,7 @@ import (
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -32,7 +33,7 @@ type stack struct {
 	sims       map[string]*sim.Server
 	domains    *resilience.Domains
 	store      *memstore.Store
-	router     *routing.Router
+	settler    *settle.Settler
 	creds      *Credentials    // both handlers': a test may set other keys
 	log        *testlog.Buffer // every line both handlers logged, JSON
 	keys       *keyRecorder    // every idempotency key the handlers gave the store
@@ -97,15 +98,16 @@ func buildStack(t testing.TB, adminToken string, hold time.Duration, network *me
 	store := memstore.New()
 	router, err := routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
-		Gateways: adapters, Domains: st.domains, Charges: store, Budget: 2 * time.Second,
-		Refunds: store, Queue: store, Observer: metrics.RouterObserver(),
+		Gateways: adapters, Domains: st.domains, Budget: 2 * time.Second, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	settler := settle.New(settle.Config{Router: router, Charges: store, Refunds: store, Queue: store, Budget: 2 * time.Second,
+		Observer: metrics.RouterObserver()})
 	st.keys = &keyRecorder{Store: store}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Router: router, Store: st.keys,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Settler: settler, Store: st.keys,
 		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
 		Log:      slog.New(slog.NewJSONHandler(st.log, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
@@ -114,7 +116,7 @@ func buildStack(t testing.TB, adminToken string, hold time.Duration, network *me
 		opt(&deps)
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
-	st.store, st.router, st.creds = store, router, deps.Credentials
+	st.store, st.settler, st.creds = store, settler, deps.Credentials
 	return st
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -84,16 +85,17 @@ func newTracedStack(t *testing.T) *tracedStack {
 	}
 	st.store = memstore.New()
 	var err error
-	st.router, err = routing.New(routing.Config{
+	router, err := routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
-		Gateways: adapters, Domains: st.domains, Charges: st.store, Budget: 2 * time.Second,
-		Refunds: st.store, Queue: st.store, Observer: metrics.RouterObserver(),
+		Gateways: adapters, Domains: st.domains, Budget: 2 * time.Second, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.settler = settle.New(settle.Config{Router: router, Charges: st.store, Refunds: st.store, Queue: st.store,
+		Budget: 2 * time.Second, Observer: metrics.RouterObserver()})
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1"}, ""), Router: st.router, Store: st.store, Domains: st.domains, Metrics: metrics,
+		Credentials: NewCredentials([]string{"key-1"}, ""), Settler: st.settler, Store: st.store, Domains: st.domains, Metrics: metrics,
 		IdempotencyTTL: time.Hour, Hold: time.Minute, Log: telemetry.NewLogger(ts.log),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}

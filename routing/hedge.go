@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/settle"
 )
 
 // Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
@@ -161,7 +160,7 @@ func (l *latencies) p95() (time.Duration, bool) {
 // recordAttempt feeds what one charge attempt's answer tells of its gateway to the hedge delays
 // (its latency, when the gateway was called) and to the success_rate strategy (an approval or a
 // decline). Failures say nothing about card approvals: they are the breaker's business.
-func (t *table) recordAttempt(now time.Time, res settle.Result) {
+func (t *table) recordAttempt(now time.Time, res Result) {
 	st := t.stats[res.Gateway]
 	if st == nil || !res.Called {
 		return
@@ -216,7 +215,7 @@ type flight struct {
 // it may have processed the charge and the charge was still waiting for it.
 type flightAnswer struct {
 	f        *flight
-	called   bool              // the gateway was asked (settle.Result.Called)
+	called   bool              // the gateway was asked (Result.Called)
 	own      payrouter.Outcome // the gateway's answer to the call itself
 	res      payrouter.Result  // that answer, or what a status look-up made of it
 	d        time.Duration
@@ -349,7 +348,7 @@ func (l *hedgeLoop) startHedge(ctx context.Context) {
 	}
 	for _, f := range l.live {
 		if !f.hedge && !f.rechecked {
-			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
+			h.keep.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, f.name, f.ref, "", h.deadline.Sub(h.r.now()))
 			f.rechecked = true
 		}
 	}
@@ -433,7 +432,7 @@ func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Cha
 		return false
 	}
 	snapshot.Stored = h.at
-	if err := h.r.charges.SaveCharge(ctx, snapshot); err != nil {
+	if err := h.keep.SaveCharge(ctx, snapshot); err != nil {
 		h.storeErr = err
 		return false
 	}
@@ -475,7 +474,7 @@ func (h *hedgedRun) record(a flightAnswer) {
 	}
 	if a.resolved == payrouter.TxNotFound {
 		// Never received: a gateway may still process it late, so it is looked up again.
-		h.r.settler.ReleaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
+		h.keep.ReleaseLater(context.Background(), payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, "", h.tab.gw.Timeout(a.f.name, payrouter.OpCharge))
 	}
 }
 
@@ -540,7 +539,7 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 	for i := range answered {
 		if a := &answered[i]; a != keep && kindOf(*a) == maybe && !a.f.rechecked {
-			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
+			h.keep.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
 		}
 	}
 	if len(live) > 0 {
@@ -548,10 +547,10 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	}
 
 	if win == nil {
-		settle.Apply(h.c, keep.f.name, keep.f.ref, keep.res)
+		Apply(h.c, keep.f.name, keep.f.ref, keep.res)
 		return true
 	}
-	settle.Apply(h.c, win.f.name, win.f.ref, win.res)
+	Apply(h.c, win.f.name, win.f.ref, win.res)
 	if hedged {
 		result := "won_primary"
 		if win.f.hedge {
@@ -598,20 +597,20 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 	c := h.c
 	// The background keeps only what it needs: c belongs to the caller once Charge returns.
-	keep := &payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
+	bare := &payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
 	for _, f := range live {
 		c.Attempts[f.index].Outcome = payrouter.OutcomeUnknown // not known when the charge answered
 		c.Attempts[f.index].Reference = f.ref
 		if !f.rechecked {
 			left := max(f.start.Add(h.tab.gw.Timeout(f.name, payrouter.OpCharge)).Sub(h.r.now()), 0)
-			h.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, keep, f.name, f.ref, "", left)
+			h.keep.ReleaseLater(ctx, payrouter.TaskRecheck, bare, f.name, f.ref, "", left)
 		}
 	}
-	answers, router, tab, n := h.answers, h.r, h.tab, len(live)
+	answers, router, tab, keep, n := h.answers, h.r, h.tab, h.keep, len(live)
 	router.late.Go(func() {
 		for range n {
 			a := <-answers // every flight answers by its deadline
-			router.finishLate(tab, keep, a)
+			router.finishLate(tab, keep, bare, a)
 		}
 	})
 }
@@ -619,17 +618,41 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
 // approval is voided at once, through the gateways of the charge's table (or queued until it
 // is), and the stored charge shows how it ended.
-func (r *Router) finishLate(tab *table, c *payrouter.Charge, a flightAnswer) {
+func (r *Router) finishLate(tab *table, keep Keeper, c *payrouter.Charge, a flightAnswer) {
 	voided := false
 	if a.res.Outcome == payrouter.OutcomeSucceeded {
 		r.obs.HedgeDone("voided")
-		voided = r.settler.VoidStray(tab.gw, c, a.f.name, a.f.ref, a.res.GatewayReference)
+		voided = r.voidStray(tab.gw, keep, c, a.f.name, a.f.ref, a.res.GatewayReference)
 	}
 	r.log.Info("charge.late_answer", "charge_id", c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := r.settler.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
+	if err := keep.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
 		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
+}
+
+// voidStray voids an approval no charge keeps (a hedge that lost, answering after its charge
+// was decided) at gateway, through gws: the gateways of the configuration its charge ran on. A
+// void that fails is queued (TaskVoid) and retried until it is done. It reports whether it is
+// voided now.
+func (r *Router) voidStray(gws *Gateways, keep Keeper, c *payrouter.Charge, gateway, ref, gwRef string) bool {
+	req := payrouter.TxRequest{
+		Reference: payrouter.OperationReference(ref, payrouter.OpVoid), ChargeReference: ref, GatewayReference: gwRef,
+		Amount: c.Amount, Currency: c.Currency,
+	}
+	gw := gws.Adapters[gateway]
+	ctx, cancel := context.WithTimeout(context.Background(), gws.Timeout(gateway, payrouter.OpVoid))
+	defer cancel()
+	res := gws.Call(gateway, payrouter.OpVoid, req.Reference, func(ctx context.Context) payrouter.Result {
+		return gw.Void(ctx, req)
+	}).Do(ctx)
+	if res.Outcome == payrouter.OutcomeSucceeded {
+		return true
+	}
+	r.log.WarnContext(ctx, "charge.void_failed", "charge_id", c.ID, "gateway", gateway, "reference", ref, "outcome", res.Outcome,
+		"detail", res.Detail, "then", "queued")
+	keep.ReleaseLater(ctx, payrouter.TaskVoid, c, gateway, ref, gwRef, 0)
+	return false
 }

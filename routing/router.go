@@ -12,30 +12,42 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/resilience"
-	"github.com/payrouter/payrouter/settle"
 )
 
-// Router runs charges through their route's gateways; its Settler does what follows.
+// Router runs charges through their route's gateways. It writes no money state itself: what a
+// charge's attempts change (the charge stored before each call, an attempt no charge keeps
+// queued for release, how a late attempt ended) is its Keeper's to write.
 type Router struct {
 	// tab is the configuration in use: routes, adapters and domains; Update swaps it.
 	tab     atomic.Pointer[table]
 	domains *resilience.Domains
-	charges payrouter.ChargeStore
 	budget  time.Duration
 	log     *slog.Logger
 	now     func() time.Time
 	rnd     func(n int) int
 	obs     Observer
-	// settler does what happens to a charge after its first answer.
-	settler *settle.Settler
 	// late counts the attempts left running in the background when their charge answered.
 	late sync.WaitGroup
 }
 
-// Observer is told what the router and its Settler decided beyond single gateway calls (the
-// resilience Observer sees those): fallbacks, hedges, reconciled charges. telemetry implements it.
+// Keeper writes what a charge's attempts change of money state: the owner of the charge's life
+// (settle.Settler) implements it, and routing calls nothing else of it.
+type Keeper interface {
+	// SaveCharge stores c, processing, before a call to the gateway and reference it names:
+	// should this process die mid-call, the reconciler knows where to look. An error sends
+	// nothing (payrouter.ErrStale: the charge was resolved meanwhile by another writer).
+	SaveCharge(ctx context.Context, c *payrouter.Charge) error
+	// ReleaseLater queues the release of an attempt no charge keeps (payrouter.TaskVoid,
+	// TaskRecheck), started no sooner than after.
+	ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration)
+	// NoteLateAnswer writes into the stored charge how an attempt that answered after the
+	// charge was decided ended.
+	NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error
+}
+
+// Observer is told what the router decided beyond single gateway calls (the resilience Observer
+// sees those): hedges. telemetry implements it.
 type Observer interface {
-	settle.Observer
 	// HedgeDone: a hedged charge ended; result is won_primary, won_hedge or voided (once per
 	// voided approval).
 	HedgeDone(result string)
@@ -44,29 +56,21 @@ type Observer interface {
 // nopObserver is the Observer when Config gives none.
 type nopObserver struct{}
 
-func (nopObserver) FallbackUsed(payrouter.Operation, fallback.Policy)      {}
-func (nopObserver) HedgeDone(string)                                       {}
-func (nopObserver) ChargeReconciled(payrouter.ChargeStatus, time.Duration) {}
-func (nopObserver) TaskNotQueued(payrouter.TaskKind)                       {}
+func (nopObserver) HedgeDone(string) {}
 
 // Config is what a Router needs.
 type Config struct {
 	Routes   []Route
 	Gateways map[string]payrouter.Gateway // adapters by configured name
 	Domains  *resilience.Domains          // breakers, bulkheads and timeouts by gateway
-	Charges  payrouter.ChargeStore
 	// Budget is request_timeout: one charge, failover and status look-ups included, never takes
 	// longer.
 	Budget time.Duration
 	Log    *slog.Logger
-	// Refunds keeps refunds; Queue keeps the money work done later: queued refunds, voids of
-	// approvals no charge keeps, rechecks of attempts that may be approved late.
-	Refunds payrouter.RefundStore
-	Queue   payrouter.Queue
 	// Fallbacks are the policies of `fallbacks:` (fallback.Settings; the zero value is every
-	// default): what a charge, and what follows it, answers when no gateway can take it.
+	// default): what a charge answers when no gateway can take it.
 	Fallbacks fallback.Settings
-	// Observer is told about fallbacks, hedges and reconciled charges; nil: nobody.
+	// Observer is told about hedges; nil: nobody.
 	Observer Observer
 }
 
@@ -80,8 +84,8 @@ func New(cfg Config) (*Router, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{
-		domains: cfg.Domains, charges: cfg.Charges,
-		budget: cfg.Budget, log: log, now: time.Now, rnd: randIntN, obs: cfg.Observer,
+		domains: cfg.Domains,
+		budget:  cfg.Budget, log: log, now: time.Now, rnd: randIntN, obs: cfg.Observer,
 	}
 	if r.obs == nil {
 		r.obs = nopObserver{}
@@ -89,10 +93,6 @@ func New(cfg Config) (*Router, error) {
 	tab := newTable(nil, cfg.Routes, cfg.Gateways, cfg.Domains.Current())
 	tab.fallbacks = r.fallbacks(cfg.Fallbacks)
 	r.tab.Store(tab)
-	r.settler = settle.New(settle.Config{
-		Gateways: tab.gw, Charges: cfg.Charges, Refunds: cfg.Refunds, Queue: cfg.Queue, Budget: cfg.Budget, Log: log,
-		Fallbacks: cfg.Fallbacks, Observer: r.obs,
-	})
 	return r, nil
 }
 
@@ -109,7 +109,7 @@ func (r *Router) fallbacks(settings fallback.Settings) fallback.Fallbacks {
 type table struct {
 	routes []Route
 	// gw is the adapters and the failure domains every gateway call of a charge goes through.
-	gw *settle.Gateways
+	gw *Gateways
 	// fallbacks answers a charge no gateway took. Its use is counted by the API, which answers
 	// it (fallback.Fallbacks.Charge).
 	fallbacks fallback.Fallbacks
@@ -136,10 +136,8 @@ func checkRoutes(routes []Route, gateways map[string]payrouter.Gateway, set *res
 
 // Update makes routes, gateways (the adapters by name, those of retired gateways included) and
 // the fallbacks (as in Config) the router's, over the domains' current set: call it after the
-// Domains' Update. Charges under way finish on the routes and domains they started with; their
-// follow-ups (capture, refunds, queued tasks: the Settler, given the same gateways and the
-// fallbacks right after the router's table) reach their gateway while its adapter is in
-// gateways.
+// Domains' Update, and give Gateways to what follows the charges' first answers. Charges under
+// way finish on the routes and domains they started with.
 func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, fallbacks fallback.Settings) error {
 	set := r.domains.Current()
 	if err := checkRoutes(routes, gateways, set); err != nil {
@@ -148,9 +146,12 @@ func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, f
 	tab := newTable(r.table(), routes, gateways, set)
 	tab.fallbacks = r.fallbacks(fallbacks)
 	r.tab.Store(tab)
-	r.settler.Update(tab.gw, fallbacks)
 	return nil
 }
+
+// Gateways returns the adapters and failure domains of the configuration in use, for what
+// follows a charge's first answer (settle.Settler.Update): the same the router calls.
+func (r *Router) Gateways() *Gateways { return r.table().gw }
 
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
 // pinned gateway is the only candidate.
@@ -173,15 +174,17 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Charge runs a new charge: tried at each candidate gateway under the failover rules, and stored
-// as processing just before the first gateway call (so that a crash mid-call leaves it for
-// reconciliation). Its final state is the caller's to store (FinalState says which charge), with
-// the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one write per
-// charge less. A charge no gateway was called for is never stored: during an outage the fast
-// 503 path writes nothing. It returns the charge, or a *fallback.Unavailable when no gateway
-// could take it. The budget runs from the call, and a caller that goes away does not cancel
-// gateway calls under way: a charge cut off mid-call would become an unknown outcome.
-func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
+// Charge runs a new charge: tried at each candidate gateway under the failover rules, stored by
+// keep as processing just before each gateway call (so that a crash mid-call leaves it for
+// reconciliation). Its final state is the caller's to store (FinalState says which charge),
+// with the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one
+// write per charge less. A charge no gateway was called for is never stored: during an outage
+// the fast 503 path writes nothing. It returns the charge, or a *fallback.Unavailable when no
+// gateway could take it, or payrouter.ErrStale when another writer resolved the charge before
+// a failover's next call (nothing more was sent). The budget runs from the call, and a caller
+// that goes away does not cancel gateway calls under way: a charge cut off mid-call would
+// become an unknown outcome.
+func (r *Router) Charge(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
 	tab := r.table()
 	route, candidates, err := r.candidates(tab, c)
 	if err != nil {
@@ -190,29 +193,17 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Ch
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
 	defer cancel()
 
-	if prev, done, err := r.existing(ctx, c); err != nil || done {
-		return prev, err
-	}
 	c.Route = route
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	run := chargeRun{r: r, tab: tab, c: c}
+	run := chargeRun{r: r, tab: tab, c: c, keep: keep}
 	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
 	unavailable := run.attempt(ctx, candidates)
-	if errors.Is(run.storeErr, payrouter.ErrStale) {
-		// Resolved by another writer (a GET that looked it up, the reconciler) before a
-		// failover's next call: nothing more is sent, and the charge is answered as it stands.
-		stored, err := r.charges.Charge(ctx, c.ID)
-		if err != nil {
-			return nil, fmt.Errorf("reading charge %s, changed before its next gateway call: %w", c.ID, err)
-		}
-		return stored, nil
-	}
 	if run.storeErr != nil {
 		// Nothing was sent: with the database away this is 503 state-unavailable, with the
 		// hold lost to a later request (payrouter.ErrHoldLost) that request answers.
-		return nil, fmt.Errorf("storing charge %s before its first gateway call: %w", c.ID, run.storeErr)
+		return nil, fmt.Errorf("storing charge %s before a gateway call: %w", c.ID, run.storeErr)
 	}
 	if run.stored {
 		c.UpdatedAt = r.now().UTC()
@@ -271,35 +262,6 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 	return tab.fallbacks.Charge(fallback.Missed{Attempts: attempts, OpenUntil: tab.gw.OpenUntil(payrouter.OpCharge)}), true
 }
 
-// existing looks for a charge stored under c's id before: its request's instance died mid-call,
-// and the Idempotency-Key it was sent with was free again (charge ids derive from the key). Such
-// a charge may have been approved, so it is answered as it stands (looked up at its gateway
-// first when still processing) and nothing is sent: done is true. One that no gateway took
-// (failed) is run again, its attempts numbered on from the last, so no reference is reused.
-// The same key with another amount or currency is a mismatch.
-func (r *Router) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
-	prev, err = r.charges.Charge(ctx, c.ID)
-	switch {
-	case errors.Is(err, payrouter.ErrNotFound):
-		return nil, false, nil
-	case err != nil:
-		return nil, true, fmt.Errorf("looking for an earlier charge %s: %w", c.ID, err)
-	case prev.Amount != c.Amount || prev.Currency != c.Currency:
-		return nil, true, payrouter.Errorf(payrouter.EMismatch, "charge %s was asked for with another amount or currency", c.ID)
-	case prev.Status == payrouter.StatusFailed:
-		c.Attempts, c.Stored = prev.Attempts, prev.Stored
-		return nil, false, nil
-	}
-	r.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,
-		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
-	if prev.Status == payrouter.StatusProcessing {
-		if _, err := r.settler.ResolveProcessing(ctx, prev); err != nil {
-			r.log.WarnContext(ctx, "charge.store_failed", "charge_id", prev.ID, "err", err)
-		}
-	}
-	return prev, true, nil
-}
-
 // chargeRun is one charge on its way through its candidate gateways. Every gateway call it makes
 // goes through tab, the table it started with: a reload under way changes none of its routes,
 // adapters or domains (guards, timeouts, breakers).
@@ -307,8 +269,9 @@ type chargeRun struct {
 	r        *Router
 	tab      *table
 	c        *payrouter.Charge
-	stored   bool  // the charge is in the store: a gateway was about to be called
-	storeErr error // storing it failed, so no gateway was called
+	keep     Keeper // writes what the attempts change
+	stored   bool   // the charge is in the store: a gateway was about to be called
+	storeErr error  // storing it failed, so no gateway was called
 	// hedge is the route's hedging policy, nil for none; hedgeBudget its token bucket.
 	hedge       *Hedge
 	hedgeBudget *hedgeBudget
@@ -323,7 +286,7 @@ func (run *chargeRun) storeBeforeCall(ctx context.Context, gateway, ref string) 
 		return true
 	}
 	c.Gateway, c.Reference = gateway, ref
-	if err := run.r.charges.SaveCharge(ctx, c); err != nil {
+	if err := run.keep.SaveCharge(ctx, c); err != nil {
 		run.storeErr = err
 		return false
 	}
@@ -369,7 +332,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				// The gateway never had it: safe to try the next one. A gateway may still
 				// process a request it got late, so the attempt is looked up again later and
 				// an approval found then is voided.
-				run.r.settler.ReleaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
+				run.keep.ReleaseLater(ctx, payrouter.TaskRecheck, c, name, ref, "", run.tab.gw.Timeout(name, payrouter.OpCharge))
 				continue
 			}
 		}
@@ -377,7 +340,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
 			continue
 		}
-		settle.Apply(c, name, ref, res)
+		Apply(c, name, ref, res)
 		return false
 	}
 	// No gateway took it: the charge names none (storeBeforeCall named the last one called).
@@ -406,12 +369,8 @@ func (run *chargeRun) resolve(ctx context.Context, c *payrouter.Charge, gw payro
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: "status look-up failed: " + res.Detail}
 	}
 	r.log.InfoContext(ctx, "charge.resolved", "charge_id", c.ID, "gateway", name, "state", res.State)
-	return settle.OutcomeOfState(res.Result)
+	return OutcomeOfState(res.Result)
 }
-
-// Settler returns what settles the router's charges after their first answer (capture, void,
-// refunds, look-ups, reconciliation, the durable tasks), on the configuration Update last gave.
-func (r *Router) Settler() *settle.Settler { return r.settler }
 
 // Wait returns once every attempt left running when its charge answered (a hedge's flights) has
 // ended and been dealt with: a late approval voided, or its void queued. Call it after the last

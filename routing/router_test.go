@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +60,7 @@ var (
 type fixture struct {
 	router *Router
 	store  *memstore.Store
+	keep   *storeKeeper
 	gw     map[string]*scripted
 	dom    *resilience.Domains
 }
@@ -70,6 +70,7 @@ func newFixture(t *testing.T, routes ...Route) *fixture {
 	names := []string{"paywell", "ding", "tranglo"}
 	var settings []resilience.GatewaySettings
 	f := &fixture{store: memstore.New(), gw: map[string]*scripted{}}
+	f.keep = &storeKeeper{charges: f.store, queue: f.store}
 	adapters := map[string]payrouter.Gateway{}
 	for _, n := range names {
 		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: time.Second}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
@@ -82,7 +83,7 @@ func newFixture(t *testing.T, routes ...Route) *fixture {
 		routes = []Route{{Name: "default", Gateways: names}}
 	}
 	var err error
-	f.router, err = New(Config{Routes: routes, Gateways: adapters, Domains: f.dom, Charges: f.store, Budget: 2 * time.Second})
+	f.router, err = New(Config{Routes: routes, Gateways: adapters, Domains: f.dom, Budget: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestChargeFailoverRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.setup(f)
-			c, err := charge(t.Context(), f.router, newCharge())
+			c, err := charge(t.Context(), f.router, f.keep, newCharge())
 			var u *fallback.Unavailable
 			if gotFallback := errors.As(err, &u); gotFallback != tc.wantFallback {
 				t.Fatalf("err = %v, want fallback %v", err, tc.wantFallback)
@@ -177,7 +178,7 @@ func TestChargeFailoverRules(t *testing.T) {
 func TestChargeReferencesDifferPerAttemptAndLookUpUsesTheSame(t *testing.T) {
 	f := newFixture(t)
 	f.gw["paywell"].authorize, f.gw["paywell"].status = timedOut, notFound
-	c, err := charge(t.Context(), f.router, newCharge())
+	c, err := charge(t.Context(), f.router, f.keep, newCharge())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestChargePinnedGatewayNeverFailsOver(t *testing.T) {
 	f.gw["ding"].authorize = unavailable
 	c := newCharge()
 	c.PinnedGateway = "ding"
-	_, err := charge(t.Context(), f.router, c)
+	_, err := charge(t.Context(), f.router, f.keep, c)
 	var u *fallback.Unavailable
 	if !errors.As(err, &u) || !equal(attempts(c), []string{"ding/unavailable"}) {
 		t.Fatalf("err %v attempts %v; want the fallback after ding alone", err, attempts(c))
@@ -208,7 +209,7 @@ func TestChargePinnedGatewayNeverFailsOver(t *testing.T) {
 	}
 	c = newCharge()
 	c.PinnedGateway = "stripe"
-	if _, err := charge(t.Context(), f.router, c); payrouter.Code(err) != payrouter.EInvalid {
+	if _, err := charge(t.Context(), f.router, f.keep, c); payrouter.Code(err) != payrouter.EInvalid {
 		t.Errorf("pinned to an unknown gateway: err %v, want invalid", err)
 	}
 }
@@ -222,7 +223,7 @@ func TestChargeIsStoredBeforeTheFirstCall(t *testing.T) {
 			seen = c.Status
 		}
 	}
-	if _, err := charge(t.Context(), f.router, newCharge()); err != nil {
+	if _, err := charge(t.Context(), f.router, f.keep, newCharge()); err != nil {
 		t.Fatal(err)
 	}
 	if seen != payrouter.StatusProcessing {
@@ -235,7 +236,7 @@ func TestAuthorizeOnlyRequiresCapture(t *testing.T) {
 	f.gw["paywell"].authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized}
 	c := newCharge()
 	c.Capture = false
-	if _, err := charge(t.Context(), f.router, c); err != nil || c.Status != payrouter.StatusRequiresCapture {
+	if _, err := charge(t.Context(), f.router, f.keep, c); err != nil || c.Status != payrouter.StatusRequiresCapture {
 		t.Fatalf("status %s err %v, want requires_capture", c.Status, err)
 	}
 }
@@ -283,7 +284,7 @@ func TestChargeNoGatewayCalledIsNeverStored(t *testing.T) {
 	for _, n := range []string{"paywell", "ding", "tranglo"} {
 		f.dom.Breaker(n, payrouter.OpCharge).Force(payrouter.ForcedOpen)
 	}
-	_, err := charge(t.Context(), f.router, newCharge())
+	_, err := charge(t.Context(), f.router, f.keep, newCharge())
 	var u *fallback.Unavailable
 	if !errors.As(err, &u) || u.ChargeID != "" {
 		t.Fatalf("err %v; want the fallback with no charge id to look up", err)
@@ -302,8 +303,8 @@ func (failingStore) SaveCharge(context.Context, *payrouter.Charge) error {
 
 func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
 	f := newFixture(t)
-	f.router.charges = failingStore{f.store}
-	_, err := charge(t.Context(), f.router, newCharge())
+	f.keep.charges = failingStore{f.store}
+	_, err := charge(t.Context(), f.router, f.keep, newCharge())
 	if err == nil || payrouter.Code(err) != payrouter.EInternal {
 		t.Fatalf("err %v; want an internal error", err)
 	}
@@ -317,70 +318,54 @@ func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
 	}
 }
 
-// TestChargeAskedAgainAfterItsInstanceDied: the instance running a charge died mid-call, its
-// Idempotency-Key came free, and the storefront sent the charge again: the same key gives the
-// same charge id, so the charge the gateway may have approved is answered, never sent twice.
-func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
-	t.Run("stopped mid-call, approved meanwhile", func(t *testing.T) {
-		f := newFixture(t)
-		first := newCharge()
-		first.Status, first.Gateway, first.Reference = payrouter.StatusProcessing, "paywell", payrouter.AttemptReference(first.ID, 1)
-		if err := f.store.SaveCharge(t.Context(), first); err != nil {
-			t.Fatal(err)
-		}
-		f.gw["paywell"].status = foundIt
-		c, err := charge(t.Context(), f.router, newCharge())
-		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
-			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
-		}
-		for _, g := range f.gw {
-			for _, call := range g.calls {
-				if strings.HasPrefix(call, "authorize:") {
-					t.Errorf("gateway called again: %s", call)
-				}
-			}
-		}
-	})
-	t.Run("no gateway took it: run again with new references", func(t *testing.T) {
-		f := newFixture(t)
-		first := newCharge()
-		first.Status = payrouter.StatusFailed
-		first.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeUnavailable, Reference: payrouter.AttemptReference(first.ID, 1)}}
-		if err := f.store.SaveCharge(t.Context(), first); err != nil {
-			t.Fatal(err)
-		}
-		c, err := charge(t.Context(), f.router, newCharge())
-		if err != nil || c.Status != payrouter.StatusSucceeded {
-			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
-		}
-		if want := []string{"authorize:ch_test-a2"}; !equal(f.gw["paywell"].calls, want) {
-			t.Errorf("paywell calls %v; want %v (a reference not used before)", f.gw["paywell"].calls, want)
-		}
-	})
-	t.Run("same key, another amount", func(t *testing.T) {
-		f := newFixture(t)
-		first := newCharge()
-		first.Status, first.Amount = payrouter.StatusSucceeded, 5
-		if err := f.store.SaveCharge(t.Context(), first); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := charge(t.Context(), f.router, newCharge()); payrouter.Code(err) != payrouter.EMismatch {
-			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
-		}
-	})
-}
-
-// charge runs c through r as httpapi does: Charge, then the final state stored in the charge
-// store, which httpapi does with the idempotency answer (payrouter.Store.CompleteCharge) or,
-// without a key, by SaveCharge. The router never stores it itself.
-func charge(ctx context.Context, r *Router, c *payrouter.Charge) (*payrouter.Charge, error) {
-	ch, err := r.Charge(ctx, c)
+// charge runs c through r as the settler does (settle.Settler.Charge), keep storing what the
+// attempts change, then the final state stored in the charge store, which httpapi does with the
+// idempotency answer (payrouter.Store.CompleteCharge). The router never stores anything itself.
+func charge(ctx context.Context, r *Router, keep *storeKeeper, c *payrouter.Charge) (*payrouter.Charge, error) {
+	ch, err := r.Charge(ctx, c, keep)
 	if final := FinalState(ch, err); final != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if serr := r.charges.SaveCharge(sctx, final); serr != nil {
+		if serr := keep.charges.SaveCharge(sctx, final); serr != nil {
 			return ch, fmt.Errorf("storing the final state of charge %s: %w", final.ID, serr)
 		}
 	}
 	return ch, err
+}
+
+// storeKeeper is the routing.Keeper of the tests: the charge store and the task queue written
+// directly, as settle.Settler writes them.
+type storeKeeper struct {
+	charges payrouter.ChargeStore
+	queue   payrouter.Queue
+}
+
+func (k *storeKeeper) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+	return k.charges.SaveCharge(ctx, c)
+}
+
+func (k *storeKeeper) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
+	if k.queue == nil {
+		return
+	}
+	now := time.Now().UTC()
+	_, _ = k.queue.Enqueue(context.WithoutCancel(ctx), payrouter.Task{Kind: kind, Gateway: gateway, ChargeID: c.ID, Reference: ref,
+		GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now})
+}
+
+func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
+	for {
+		c, err := k.charges.Charge(ctx, chargeID)
+		if err != nil || c.Status == payrouter.StatusProcessing {
+			return err
+		}
+		for i := range c.Attempts {
+			if at := &c.Attempts[i]; at.Gateway == gateway && at.Reference == ref {
+				at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+			}
+		}
+		if err := k.charges.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrStale) {
+			return err
+		}
+	}
 }

@@ -30,7 +30,7 @@ func TestSuccessRateDecliningGatewayLosesFirstPlace(t *testing.T) {
 		t.Helper()
 		c := newCharge()
 		c.ID = fmt.Sprintf("ch_%d", i)
-		if _, err := charge(t.Context(), f.router, c); err != nil {
+		if _, err := charge(t.Context(), f.router, f.keep, c); err != nil {
 			t.Fatal(err)
 		}
 		return c

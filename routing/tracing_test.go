@@ -34,7 +34,7 @@ func TestHedgeAttemptSpans(t *testing.T) {
 		slow := make(chan struct{})
 		f.gw["paywell"].hold = slow
 		ctx, parent := otel.Tracer("test").Start(t.Context(), "POST /charge")
-		c, err := charge(ctx, f.router, newCharge())
+		c, err := charge(ctx, f.router, f.keep, newCharge())
 		if err != nil || c.Gateway != "ding" {
 			t.Fatalf("charge at %q, err %v; want the hedge at ding to win", c.Gateway, err)
 		}

@@ -68,6 +68,9 @@ func (s *Service) reload(how string) (config.Changes, error) {
 	if err == nil {
 		err = s.router.Update(next.Routes, s.adapters, next.Fallbacks)
 	}
+	if err == nil {
+		s.settler.Update(s.router.Gateways(), next.Fallbacks)
+	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the
 		// domains are new and the router is not: say so loudly.

@@ -89,6 +89,9 @@ type Service struct {
 	obs     *telemetry.Observer
 	domains *resilience.Domains
 	router  *routing.Router
+	// settler owns a charge's life after the router's attempts: every save, capture, void,
+	// refund, look-up and queued task.
+	settler *settle.Settler
 	// worker drains the task queue and reconciler resolves processing charges; nil in Probe.
 	worker     *fallback.Worker
 	reconciler *settle.Reconciler
@@ -169,23 +172,26 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		Leases: leases, Holder: s.origin, Log: s.log, Failed: s.metrics.CoordinationFailed,
 	})
 	s.router, err = routing.New(routing.Config{
-		Routes: cfg.Routes, Gateways: s.adapters, Domains: s.domains, Charges: s.store,
-		Budget: cfg.RequestTimeout, Log: s.log,
-		Refunds: s.store, Queue: s.store, Observer: s.metrics.RouterObserver(),
+		Routes: cfg.Routes, Gateways: s.adapters, Domains: s.domains,
+		Budget: cfg.RequestTimeout, Log: s.log, Observer: s.metrics.RouterObserver(),
 		Fallbacks: cfg.Fallbacks,
 	})
 	if err != nil {
 		return refused(err)
 	}
+	s.settler = settle.New(settle.Config{
+		Router: s.router, Charges: s.store, Refunds: s.store, Queue: s.store, Budget: cfg.RequestTimeout,
+		Log: s.log, Fallbacks: cfg.Fallbacks, Observer: s.metrics.RouterObserver(),
+	})
 	if s.role == Serve {
 		// The money work done later: queued refunds, voids, rechecks of late approvals, and
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
 		// is handed to one at a time); one at a time reconciles, by lease.
 		s.worker = &fallback.Worker{
-			Queue: s.store, Consumer: s.origin, Handlers: s.router.Settler().Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
+			Queue: s.store, Consumer: s.origin, Handlers: s.settler.Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
 			Idle: workerIdle(cfg),
 		}
-		s.reconciler = &settle.Reconciler{Settler: s.router.Settler(), Leases: leases, Holder: s.origin, Log: s.log}
+		s.reconciler = &settle.Reconciler{Settler: s.settler, Leases: leases, Holder: s.origin, Log: s.log}
 	}
 	return nil
 }
@@ -207,7 +213,7 @@ func workerIdle(cfg *config.Config) time.Duration {
 // NewAdminServer), the service itself answering POST /admin/reload.
 func (s *Service) Deps() httpapi.Deps {
 	deps := httpapi.Deps{
-		Credentials: s.creds, Router: s.router, Store: s.store,
+		Credentials: s.creds, Settler: s.settler, Store: s.store,
 		Domains: s.domains, Fleet: s.fleet, Metrics: s.metrics, Gateways: s.cfg.Summary(), Reloader: s,
 		IdempotencyTTL: s.cfg.Idempotency.TTL, Limits: s.limits, Log: s.log,
 	}

@@ -157,3 +157,30 @@ func TestCaptureAgainstVoid(t *testing.T) {
 		}
 	}
 }
+
+// TestLookUpShowsTrueState: a processing charge looked up (GET /charge, the reconciler) and
+// found voided or refunded at its gateway shows that, never succeeded.
+func TestLookUpShowsTrueState(t *testing.T) {
+	cases := []struct {
+		state payrouter.TxState
+		want  payrouter.ChargeStatus
+	}{
+		{payrouter.TxVoided, payrouter.StatusVoided},
+		{payrouter.TxRefunded, payrouter.StatusRefunded},
+		{payrouter.TxPartiallyRefunded, payrouter.StatusPartiallyRefunded},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.state), func(t *testing.T) {
+			f := newOpsFixture(t)
+			f.charge(t, payrouter.StatusProcessing)
+			f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"})
+			got, _, err := f.settler.Refresh(t.Context(), "ch_test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != tc.want || f.stored(t).Status != tc.want {
+				t.Errorf("GET of a charge the gateway has %s shows %s (stored %s); want %s", tc.state, got.Status, f.stored(t).Status, tc.want)
+			}
+		})
+	}
+}

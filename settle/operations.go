@@ -9,6 +9,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // The operations on a charge after it was answered: capture, void, refund, and the look-ups of
@@ -48,7 +49,7 @@ func missed(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter
 }
 
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
-func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) Result {
+func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) routing.Result {
 	req := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(c.Reference, payrouter.OpStatus), ChargeReference: c.Reference,
 		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
@@ -381,13 +382,13 @@ func (s *Settler) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, g
 		}
 	case payrouter.TxAuthorized:
 		if !c.Capture {
-			Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
+			routing.Apply(c, c.Gateway, c.Reference, routing.OutcomeOfState(res))
 			break
 		}
 		// The charge asked for a capture, and only the authorization is known to have happened.
 		captured, ok := s.captureProcessing(ctx, tab, c, gw, res)
 		if ok {
-			Apply(c, c.Gateway, c.Reference, captured)
+			routing.Apply(c, c.Gateway, c.Reference, captured)
 		}
 	case payrouter.TxVoided:
 		c.Status = payrouter.StatusVoided
@@ -396,9 +397,9 @@ func (s *Settler) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, g
 		// Captured, then refunded at the gateway without payrouter: shown as the gateway has
 		// it, never as plainly succeeded.
 		s.log.WarnContext(ctx, "charge.refunded_elsewhere", "charge_id", c.ID, "gateway", c.Gateway, "state", res.State)
-		Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
+		routing.Apply(c, c.Gateway, c.Reference, routing.OutcomeOfState(res))
 	default: // captured, declined, failed, pending, or a state that says nothing
-		Apply(c, c.Gateway, c.Reference, OutcomeOfState(res))
+		routing.Apply(c, c.Gateway, c.Reference, routing.OutcomeOfState(res))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // opGateway is an in-process gateway for the operations on a charge: each operation answers what
@@ -27,6 +28,8 @@ type opGateway struct {
 	calls            []string // "<op>:<reference>"
 	refunded         map[string]int64
 	onCall           func(op payrouter.Operation)
+	// authorize answers charges (unset: refused as not under test).
+	authorize payrouter.Result
 }
 
 func newOpGateway() *opGateway {
@@ -78,8 +81,14 @@ func (g *opGateway) Applied() int64 {
 	return sum
 }
 
-func (g *opGateway) Authorize(context.Context, payrouter.ChargeRequest) payrouter.Result {
-	return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not under test"}
+func (g *opGateway) Authorize(_ context.Context, req payrouter.ChargeRequest) payrouter.Result {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, "authorize:"+req.Reference)
+	if g.authorize.Outcome == "" {
+		return payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not under test"}
+	}
+	return g.authorize
 }
 func (g *opGateway) Capture(_ context.Context, req payrouter.TxRequest) payrouter.Result {
 	return g.call(payrouter.OpCapture, req)
@@ -166,7 +175,14 @@ func newOpsFixture(t *testing.T, opts ...opsOption) *opsFixture {
 	}
 	f.dom = resilience.NewDomains([]resilience.GatewaySettings{settings}, nil)
 	t.Cleanup(f.dom.Close)
-	cfg.Gateways = &Gateways{Adapters: map[string]payrouter.Gateway{"paywell": f.gw}, Domains: f.dom.Current()}
+	router, err := routing.New(routing.Config{
+		Routes:   []routing.Route{{Name: "default", Gateways: []string{"paywell"}}},
+		Gateways: map[string]payrouter.Gateway{"paywell": f.gw}, Domains: f.dom, Budget: opsBudget, Fallbacks: cfg.Fallbacks,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Router = router
 	f.settler = New(cfg)
 	f.settler.now = func() time.Time { return f.now }
 	return f

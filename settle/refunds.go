@@ -11,6 +11,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // A refund's life is four store transitions, each written with its charge in one step
@@ -131,7 +132,7 @@ func (s *Settler) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amo
 // refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded;
 // failed when the gateway refused it; otherwise (not sent, or maybe applied) as the refund
 // fallback decides (fallback.Fallbacks.Refund), with this Settler's queueing and failing.
-func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res Result) (*payrouter.Refund, error) {
+func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res routing.Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
@@ -154,7 +155,7 @@ func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.C
 }
 
 // sendRefund sends a refund through its gateway's refund guard in tab, with its own reference.
-func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) Result {
+func sendRefund(ctx context.Context, log *slog.Logger, tab *table, gw payrouter.Gateway, c *payrouter.Charge, rf *payrouter.Refund) routing.Result {
 	req := payrouter.TxRequest{
 		Reference: rf.Reference, ChargeReference: c.Reference, GatewayReference: c.GatewayReference,
 		Amount: rf.Amount, Currency: rf.Currency,

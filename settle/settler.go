@@ -1,3 +1,8 @@
+// Package settle does what happens to a charge after its first answer: capture, void, refund
+// (and its queueing), the look-up of a charge whose outcome is not known yet (GET /charge/{id}
+// and the reconciler), the release of attempts no charge keeps (hedges that lost, late
+// approvals) and the durable tasks that finish them. routing decides a charge's first answer;
+// both call gateways through routing.Call and read a gateway's answer by routing.Apply.
 package settle
 
 import (
@@ -9,6 +14,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // Settler does everything that happens to a charge after its first answer, at the gateway that
@@ -17,6 +23,7 @@ import (
 type Settler struct {
 	// tab is the configuration in use: the gateways and the fallbacks; Update swaps it.
 	tab     atomic.Pointer[table]
+	router  *routing.Router
 	charges payrouter.ChargeStore
 	refunds payrouter.RefundStore
 	queue   payrouter.Queue
@@ -47,9 +54,10 @@ func (nopObserver) TaskNotQueued(payrouter.TaskKind)                       {}
 
 // Config is what a Settler needs.
 type Config struct {
-	// Gateways are the adapters and domains of the configuration in use; Update replaces them.
-	Gateways *Gateways
-	Charges  payrouter.ChargeStore
+	// Router runs a charge's attempts (Charge); its Gateways are the adapters and domains
+	// everything else calls, until Update replaces them.
+	Router  *routing.Router
+	Charges payrouter.ChargeStore
 	// Refunds keeps refunds; Queue keeps the money work done later: queued refunds, voids of
 	// approvals no charge keeps, rechecks of attempts that may be approved late.
 	Refunds payrouter.RefundStore
@@ -66,7 +74,7 @@ type Config struct {
 
 // table is what a reload changes in a Settler.
 type table struct {
-	gw *Gateways
+	gw *routing.Gateways
 	// fallbacks decides what an operation answers when its gateway cannot take it.
 	fallbacks fallback.Fallbacks
 }
@@ -74,7 +82,7 @@ type table struct {
 // New returns a Settler.
 func New(cfg Config) *Settler {
 	s := &Settler{
-		charges: cfg.Charges, refunds: cfg.Refunds, queue: cfg.Queue, budget: cfg.Budget,
+		router: cfg.Router, charges: cfg.Charges, refunds: cfg.Refunds, queue: cfg.Queue, budget: cfg.Budget,
 		log: cfg.Log, now: time.Now, obs: cfg.Observer,
 	}
 	if s.log == nil {
@@ -83,13 +91,13 @@ func New(cfg Config) *Settler {
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
-	s.Update(cfg.Gateways, cfg.Fallbacks)
+	s.Update(cfg.Router.Gateways(), cfg.Fallbacks)
 	return s
 }
 
-// Update makes gateways and the fallbacks (as in Config) the Settler's. Operations under way
-// finish on the gateways and fallbacks they started with.
-func (s *Settler) Update(gateways *Gateways, fallbacks fallback.Settings) {
+// Update makes gateways (the router's, after its own Update) and the fallbacks (as in Config)
+// the Settler's. Operations under way finish on the gateways and fallbacks they started with.
+func (s *Settler) Update(gateways *routing.Gateways, fallbacks fallback.Settings) {
 	s.tab.Store(&table{gw: gateways, fallbacks: fallback.Fallbacks{
 		Settings: fallbacks.WithDefaults(), Observer: s.obs, Now: func() time.Time { return s.now() },
 	}})

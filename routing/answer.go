@@ -1,9 +1,7 @@
-// Package settle does what happens to a charge after its first answer: capture, void, refund
-// (and its queueing), the look-up of a charge whose outcome is not known yet (GET /charge/{id}
-// and the reconciler), the release of attempts no charge keeps (hedges that lost, late
-// approvals) and the durable tasks that finish them. routing decides a charge's first answer;
-// both call gateways through Call (call.go) and read a gateway's answer by the rules here.
-package settle
+package routing
+
+// How a gateway's answer is read into the charge it decided: the one reading every path uses,
+// a charge's attempts and everything after its first answer alike.
 
 import "github.com/payrouter/payrouter"
 

@@ -1,0 +1,76 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/routing"
+)
+
+// A charge's first answer: the Settler looks for the charge its id names first (its request's
+// instance may have died mid-call), then has its router run the attempts, writing for them
+// (routing.Keeper) every save they need.
+
+var _ routing.Keeper = (*Settler)(nil)
+
+// Charge runs a new charge through the router (routing.Router.Charge), unless one with its id
+// was stored before: its request's instance died mid-call and the Idempotency-Key it was sent
+// with was free again (charge ids derive from the key). Such a charge may have been approved,
+// so it is answered as it stands (looked up at its gateway first when still processing) and
+// nothing is sent. One that no gateway took (failed) is run again, its attempts numbered on from
+// the last, so no reference is reused. The same key with another amount or currency is a
+// mismatch. Its answers are routing.Router.Charge's; its final state is the caller's to store
+// (routing.FinalState).
+func (s *Settler) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
+	if prev, done, err := s.existing(ctx, c); err != nil || done {
+		return prev, err
+	}
+	ch, err := s.router.Charge(ctx, c, s)
+	if errors.Is(err, payrouter.ErrStale) {
+		// Resolved by another writer (a GET that looked it up, the reconciler) before a
+		// failover's next call: nothing more was sent, and it is answered as it stands.
+		return s.Get(ctx, c.ID)
+	}
+	return ch, err
+}
+
+// FastFail answers a charge no gateway can take now without storing anything
+// (routing.Router.FastFail).
+func (s *Settler) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.Unavailable, bool) {
+	return s.router.FastFail(ctx, c)
+}
+
+// existing looks for a charge stored under c's id before (Charge): done is true when it is
+// answered as it stands.
+func (s *Settler) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	prev, err = s.charges.Charge(ctx, c.ID)
+	switch {
+	case errors.Is(err, payrouter.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, fmt.Errorf("looking for an earlier charge %s: %w", c.ID, err)
+	case prev.Amount != c.Amount || prev.Currency != c.Currency:
+		return nil, true, payrouter.Errorf(payrouter.EMismatch, "charge %s was asked for with another amount or currency", c.ID)
+	case prev.Status == payrouter.StatusFailed:
+		c.Attempts, c.Stored = prev.Attempts, prev.Stored
+		return nil, false, nil
+	}
+	s.log.WarnContext(ctx, "charge.asked_again", "charge_id", c.ID, "status", prev.Status,
+		"why", "its Idempotency-Key was free again: the instance that held it stopped mid-request")
+	if prev.Status == payrouter.StatusProcessing {
+		if _, err := s.ResolveProcessing(ctx, prev); err != nil {
+			s.log.WarnContext(ctx, "charge.store_failed", "charge_id", prev.ID, "err", err)
+		}
+	}
+	return prev, true, nil
+}
+
+// SaveCharge stores a charge its attempts changed (routing.Keeper): before each gateway call.
+func (s *Settler) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+	return s.charges.SaveCharge(ctx, c)
+}

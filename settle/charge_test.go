@@ -1,0 +1,75 @@
+package settle
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/payrouter/payrouter"
+)
+
+// TestChargeAskedAgainAfterItsInstanceDied: the instance running a charge died mid-call, its
+// Idempotency-Key came free, and the storefront sent the charge again: the same key gives the
+// same charge id, so the charge the gateway may have approved is answered, never sent twice.
+func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
+	again := func() *payrouter.Charge {
+		return &payrouter.Charge{ID: "ch_test", Amount: 1999, Currency: "USD", Capture: true,
+			PaymentMethod: payrouter.PaymentMethod{Type: "card", Token: "tok_visa"}}
+	}
+	t.Run("stopped mid-call, approved meanwhile", func(t *testing.T) {
+		f := newOpsFixture(t)
+		f.charge(t, payrouter.StatusProcessing)
+		f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_late"})
+		c, err := f.settler.Charge(t.Context(), again())
+		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
+			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
+		}
+		for _, call := range f.gw.Calls() {
+			if strings.HasPrefix(call, "authorize:") {
+				t.Errorf("gateway called again: %s", call)
+			}
+		}
+	})
+	t.Run("no gateway took it: run again with new references", func(t *testing.T) {
+		f := newOpsFixture(t)
+		f.charge(t, payrouter.StatusFailed, func(c *payrouter.Charge) {
+			c.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeUnavailable, Reference: "ch_test-a1"}}
+		})
+		f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_2"}
+		c, err := f.settler.Charge(t.Context(), again())
+		if err != nil || c.Status != payrouter.StatusSucceeded {
+			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
+		}
+		if got := f.gw.Calls(); len(got) != 1 || got[0] != "authorize:ch_test-a2" {
+			t.Errorf("paywell calls %v; want [authorize:ch_test-a2] (a reference not used before)", got)
+		}
+	})
+	t.Run("same key, another amount", func(t *testing.T) {
+		f := newOpsFixture(t)
+		f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) { c.Amount = 5 })
+		if _, err := f.settler.Charge(t.Context(), again()); payrouter.Code(err) != payrouter.EMismatch {
+			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
+		}
+	})
+}
+
+// TestQueuedVoidIsSent: a void of an approval no charge keeps, queued because the gateway did
+// not take it, is sent by the queue's worker once it does.
+func TestQueuedVoidIsSent(t *testing.T) {
+	f := newOpsFixture(t)
+	c := f.charge(t, payrouter.StatusSucceeded)
+	f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_stray"})
+	stray := payrouter.AttemptReference(c.ID, 2)
+	f.settler.ReleaseLater(t.Context(), payrouter.TaskVoid, c, "paywell", stray, "gw_stray", 0)
+	for _, err := range f.work(t) {
+		if err != nil {
+			t.Fatalf("the void task: %v", err)
+		}
+	}
+	want := "void:" + payrouter.OperationReference(stray, payrouter.OpVoid)
+	if got := f.gw.Calls(); len(got) != 2 || got[1] != want {
+		t.Errorf("gateway calls %v; want the look-up, then %s", got, want)
+	}
+	if n, _ := f.store.QueueDepth(t.Context()); n != 0 {
+		t.Errorf("%d tasks left; want the void done and acknowledged", n)
+	}
+}
