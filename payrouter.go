@@ -86,6 +86,17 @@ func (o Outcome) NotSent() bool {
 	return o == OutcomeUnavailable || o == OutcomeBreakerOpen || o == OutcomeBulkheadFull
 }
 
+// MayHaveBeenApplied reports whether the gateway may have applied the request, or will, while
+// its answer does not say how it ended: no answer in time, an unreadable one, or pending. What
+// follows is a look-up, or the same request sent again with its reference, never another.
+func (o Outcome) MayHaveBeenApplied() bool {
+	return o.MayHaveProcessed() || o == OutcomePending
+}
+
+// Unanswered reports whether an operation's answer leaves it to be done again later (the queue,
+// or the caller's retry): not sent, or sent without a final word.
+func (o Outcome) Unanswered() bool { return o.NotSent() || o.MayHaveBeenApplied() }
+
 // TxState is the state of one transaction at a gateway, as a gateway's answer or a status look-up
 // reports it.
 type TxState string

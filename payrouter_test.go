@@ -99,3 +99,27 @@ func TestOperationReference(t *testing.T) {
 		}
 	}
 }
+
+// The outcome predicates every path reads: a row per outcome, so that a new outcome fails here
+// until it is placed.
+func TestOutcomePredicates(t *testing.T) {
+	cases := []struct {
+		o                                       Outcome
+		notSent, mayHaveBeenApplied, unanswered bool
+	}{
+		{OutcomeSucceeded, false, false, false},
+		{OutcomeDeclined, false, false, false},
+		{OutcomePending, false, true, true},
+		{OutcomeUnavailable, true, false, true},
+		{OutcomeTimeout, false, true, true},
+		{OutcomeUnknown, false, true, true},
+		{OutcomeError, false, false, false},
+		{OutcomeBreakerOpen, true, false, true},
+		{OutcomeBulkheadFull, true, false, true},
+	}
+	for _, tc := range cases {
+		if got := [3]bool{tc.o.NotSent(), tc.o.MayHaveBeenApplied(), tc.o.Unanswered()}; got != [3]bool{tc.notSent, tc.mayHaveBeenApplied, tc.unanswered} {
+			t.Errorf("%s: NotSent, MayHaveBeenApplied, Unanswered = %v, want %v", tc.o, got, [3]bool{tc.notSent, tc.mayHaveBeenApplied, tc.unanswered})
+		}
+	}
+}

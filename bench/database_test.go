@@ -294,7 +294,7 @@ func TestBenchFastFailDatabase(t *testing.T) {
 	}
 
 	// The point of an open breaker: not one charge reached a gateway; and a charge no gateway
-	// was called for is never stored (routing.Router.Charge), nor its key kept.
+	// was called for is never stored (routing.Router.Route), nor its key kept.
 	for _, name := range gatewayNames {
 		if n := s.simRequests(t, name); n != 0 {
 			t.Errorf("%s received %d API calls while its breaker was forced open; want 0", name, n)

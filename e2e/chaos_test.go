@@ -939,7 +939,7 @@ func (r *chaosRun) settled() (bool, string, []chargeObject) {
 			}
 		}
 		// The queue is not required to be empty: a recheck of an attempt a gateway never
-		// received stays in it for settle.RecheckFor (5 minutes), in case the gateway processes
+		// received stays in it for payments.RecheckFor (5 minutes), in case the gateway processes
 		// it late. What matters is that no money is held by an attempt no charge keeps, which
 		// waitForStrays checks in the ledgers, and that every refund told queued is applied,
 		// which readRefunds and the money check do.

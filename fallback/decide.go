@@ -94,7 +94,7 @@ func (f Fallbacks) Status(m Missed, stored *payrouter.Charge) (c *payrouter.Char
 	return stored, true, nil
 }
 
-// RefundSteps are what the refund fallback does to a refund; the refund's owner (settle) gives
+// RefundSteps are what the refund fallback does to a refund; the refund's owner (payments) gives
 // them.
 type RefundSteps struct {
 	// Queue keeps the refund durably: stored queued, and a task in the store's queue that a
@@ -118,7 +118,7 @@ type RefundSteps struct {
 // A refund not sent is queued under Queue; should the queue refuse it, or the policy be Fail, it
 // is failed (nothing moved, so failing it is honest) and the answer is an *Unavailable.
 func (f Fallbacks) Refund(m Missed, rf *payrouter.Refund, steps RefundSteps) (*payrouter.Refund, error) {
-	if o := m.last(); o.MayHaveProcessed() || o == payrouter.OutcomePending {
+	if o := m.last(); o.MayHaveBeenApplied() {
 		if err := steps.Queue(true); err != nil {
 			return nil, fmt.Errorf("refund %s of charge %s: %s at the gateway, and not queued: %w", rf.ID, rf.ChargeID, o, err)
 		}

@@ -31,7 +31,7 @@
 //
 // Each use of a fallback is counted (payrouter_fallbacks_total), a charge's by the API that
 // answers it. Worker drains the queue: the refunds queued here and the voids and rechecks
-// package settle queues; a task that cannot be done now (ErrLater) stays for later.
+// package payments queues; a task that cannot be done now (ErrLater) stays for later.
 package fallback
 
 import (

@@ -79,7 +79,7 @@ func (s *server) listEvents(c echo.Context) error {
 	if p != nil {
 		return writeProblem(c, *p)
 	}
-	events, more, err := s.Store.Events(c.Request().Context(), scopeOf(c), after, limit)
+	events, more, err := s.Payments.Events(c.Request().Context(), scopeOf(c), after, limit)
 	if errors.Is(err, payrouter.ErrNotFound) {
 		// Another key's event is answered as one that does not exist: a key learns nothing of
 		// another's ids.

@@ -14,7 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/settle"
+	"github.com/payrouter/payrouter/payments"
 )
 
 // The operations on an answered charge (capture, void, refund) and the refund look-up.
@@ -134,50 +134,32 @@ func operationRequest(c echo.Context, withAmount bool) (key string, amount int64
 	return key, amount, nil
 }
 
-// ownCharge checks that the charge id is the request's to see and act on (payrouter.Charge.OwnedBy)
-// before anything else is done with it. Another API key's charge is answered exactly as one that
-// does not exist, so a key cannot even learn which ids are taken.
-func (s *server) ownCharge(c echo.Context, id string) error {
-	ch, err := s.Store.Charge(c.Request().Context(), id)
-	switch {
-	case errors.Is(err, payrouter.ErrNotFound):
-		return settle.ErrNoCharge(id)
-	case err != nil:
-		return err
-	case !ch.OwnedBy(scopeOf(c)):
-		return settle.ErrNoCharge(id)
-	}
-	return nil
-}
-
 // captureCharge is POST /charge/{id}/capture.
 func (s *server) captureCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "capture", s.Settler.Capture)
+	return s.changeAuthorization(c, "capture", s.Payments.CaptureCharge)
 }
 
 // voidCharge is POST /charge/{id}/void.
 func (s *server) voidCharge(c echo.Context) error {
-	return s.changeAuthorization(c, "void", s.Settler.Void)
+	return s.changeAuthorization(c, "void", s.Payments.VoidCharge)
 }
 
 // changeAuthorization runs capture or void under the request's Idempotency-Key and answers 200
 // with the charge.
-func (s *server) changeAuthorization(c echo.Context, op string, run func(context.Context, string) (*payrouter.Charge, error)) error {
+func (s *server) changeAuthorization(c echo.Context, op string, run func(context.Context, payments.Request, string, payments.Render) (payments.Answer, error)) error {
 	key, _, p := operationRequest(c, false)
 	if p != nil {
 		return writeProblem(c, *p)
 	}
 	id := c.Param("id")
-	if err := s.ownCharge(c, id); err != nil {
-		return s.writeError(c, op+".failed", err)
-	}
-	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{}), func(payrouter.Hold) (answer, error) {
-		ch, err := run(c.Request().Context(), id)
-		if err != nil {
-			return s.errorAnswer(c, op+".failed", err)
-		}
-		return jsonAnswer(http.StatusOK, echo.MIMEApplicationJSON, viewOf(ch))
-	}, nil)
+	a, err := run(c.Request().Context(), request(c, key, fingerprint("POST /charge/"+id+"/"+op, struct{}{})), id,
+		func(r payments.Result) (payments.Answer, error) {
+			if r.Err != nil {
+				return s.errorAnswer(c, op+".failed", r.Err)
+			}
+			return jsonAnswer(http.StatusOK, echo.MIMEApplicationJSON, viewOf(r.Charge))
+		})
+	return s.send(c, op+".failed", a, err)
 }
 
 // refundCharge is POST /charge/{id}/refund: 201 with the refund when the gateway applied it, 202
@@ -188,37 +170,23 @@ func (s *server) refundCharge(c echo.Context) error {
 		return writeProblem(c, *p)
 	}
 	id := c.Param("id")
-	if err := s.ownCharge(c, id); err != nil {
-		return s.writeError(c, "refund.failed", err)
-	}
 	in := struct {
 		Amount int64 `json:"amount,omitempty"`
 	}{amount}
 	refundID := refundIDFor(scopeOf(c), key)
 	c.Set("refund_id", refundID)
-	return s.idempotent(c, key, fingerprint("POST /charge/"+id+"/refund", in), func(payrouter.Hold) (answer, error) {
-		rf, err := s.Settler.Refund(c.Request().Context(), id, amount, refundID)
-		if err != nil {
-			return s.errorAnswer(c, "refund.failed", err)
-		}
-		return refundAnswer(rf)
-	}, func(ctx context.Context) (answer, bool, error) {
-		// A replay shows the refund as it stands now: a refund first answered queued says
-		// succeeded once the gateway applied it.
-		rf, err := s.Store.Refund(ctx, refundID)
-		switch {
-		case errors.Is(err, payrouter.ErrNotFound):
-			return answer{}, false, nil
-		case err != nil:
-			return answer{}, false, err
-		}
-		a, err := refundAnswer(rf)
-		return a, err == nil, err
-	})
+	a, err := s.Payments.RefundCharge(c.Request().Context(), request(c, key, fingerprint("POST /charge/"+id+"/refund", in)), id, refundID, amount,
+		func(r payments.Result) (payments.Answer, error) {
+			if r.Err != nil {
+				return s.errorAnswer(c, "refund.failed", r.Err)
+			}
+			return refundAnswer(r.Refund)
+		})
+	return s.send(c, "refund.failed", a, err)
 }
 
 // refundAnswer is 201 with a refund the gateway applied, else 202 with where to look it up.
-func refundAnswer(rf *payrouter.Refund) (answer, error) {
+func refundAnswer(rf *payrouter.Refund) (payments.Answer, error) {
 	if rf.Status == payrouter.RefundSucceeded {
 		return jsonAnswer(http.StatusCreated, echo.MIMEApplicationJSON, refundViewOf(rf))
 	}
@@ -227,10 +195,7 @@ func refundAnswer(rf *payrouter.Refund) (answer, error) {
 
 // getRefund is GET /refund/{id}.
 func (s *server) getRefund(c echo.Context) error {
-	rf, err := s.Settler.GetRefund(c.Request().Context(), c.Param("id"))
-	if err == nil && !rf.OwnedBy(scopeOf(c)) {
-		err = settle.ErrNoRefund(rf.ID)
-	}
+	rf, err := s.Payments.GetRefund(c.Request().Context(), scopeOf(c), c.Param("id"))
 	if err != nil {
 		return s.writeError(c, "refund.get_failed", err)
 	}

@@ -268,7 +268,7 @@ func TestRefundQueuedWhileTheGatewayIsDown(t *testing.T) {
 			t.Fatalf("queued task %+v; want the refund %s", task, rf.ID)
 		}
 		if task.NotBefore.IsZero() {
-			if err := st.settler.Handlers()[task.Kind](t.Context(), task); err != nil {
+			if err := st.payments.Handlers()[task.Kind](t.Context(), task); err != nil {
 				t.Fatalf("worked the refund: %v", err)
 			}
 		}

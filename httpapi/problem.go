@@ -12,6 +12,7 @@ import (
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/payments"
 )
 
 // problem is an RFC 9457 problem document with payrouter's extensions.
@@ -233,7 +234,7 @@ func (s *server) chargeAsItStands(c echo.Context) *chargeView {
 }
 
 // errorAnswer is err's problem as an answer, for the work of an idempotent request.
-func (s *server) errorAnswer(c echo.Context, event string, err error) (answer, error) {
+func (s *server) errorAnswer(c echo.Context, event string, err error) (payments.Answer, error) {
 	p := s.errorProblem(c, event, err)
 	return jsonAnswer(p.Status, "application/problem+json", p)
 }

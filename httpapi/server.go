@@ -21,24 +21,20 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/cardnum"
 	"github.com/payrouter/payrouter/config"
+	"github.com/payrouter/payrouter/payments"
 	"github.com/payrouter/payrouter/resilience"
-	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
 // MaxBodyBytes is the largest request body the storefront API reads.
 const MaxBodyBytes = 64 << 10
 
-// DefaultHold is Deps.Hold's default: a key held by a dead or stalled instance is free again
-// within 5 s (docs/api.md, Idempotency), and three renewals fit in it.
-const DefaultHold = 5 * time.Second
-
 // Deps is everything the servers need.
 type Deps struct {
 	// Credentials are the API keys and the admin token; a reload may change them.
 	Credentials *Credentials
-	// Settler runs charges and everything after their first answer.
-	Settler *settle.Settler
+	// Payments runs every storefront operation on money: its idempotency, its charge's life.
+	Payments *payments.Service
 	// Store is the money state.
 	Store payrouter.Store
 	// Coordination, when set, is pinged by /readyz beside Store: the fleet's Redis.
@@ -51,12 +47,6 @@ type Deps struct {
 	// Reloader re-reads the configuration (POST /admin/reload) and then lists the gateways in
 	// place of Gateways; nil: the configuration is fixed, and the reload answers 404.
 	Reloader Reloader
-	// IdempotencyTTL is how long a completed answer is kept for its key.
-	IdempotencyTTL time.Duration
-	// Hold is how long an Idempotency-Key stays held by a request without renewal: the request
-	// renews it every third of it while it runs, so a key whose instance died or stalled is free
-	// again within Hold; 0: DefaultHold.
-	Hold time.Duration
 	// Limits are the per-key rate limits and the failed-auth throttle (limits.go); nil: none.
 	Limits *Limits
 	Log    *slog.Logger

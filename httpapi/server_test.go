@@ -20,9 +20,9 @@ import (
 	"github.com/payrouter/payrouter/internal/memnet"
 	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/payments"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
-	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -33,7 +33,7 @@ type stack struct {
 	sims       map[string]*sim.Server
 	domains    *resilience.Domains
 	store      *memstore.Store
-	settler    *settle.Settler
+	payments   *payments.Service
 	creds      *Credentials    // both handlers': a test may set other keys
 	log        *testlog.Buffer // every line both handlers logged, JSON
 	keys       *keyRecorder    // every idempotency key the handlers gave the store
@@ -103,20 +103,23 @@ func buildStack(t testing.TB, adminToken string, hold time.Duration, network *me
 	if err != nil {
 		t.Fatal(err)
 	}
-	settler := settle.New(settle.Config{Router: router, Charges: store, Refunds: store, Queue: store, Budget: 2 * time.Second,
-		Observer: metrics.RouterObserver()})
 	st.keys = &keyRecorder{Store: store}
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Settler: settler, Store: st.keys,
-		Domains: st.domains, Metrics: metrics, IdempotencyTTL: time.Hour, Hold: hold,
+		Credentials: NewCredentials([]string{"key-1", "key-2"}, adminToken), Store: st.keys,
+		Domains: st.domains, Metrics: metrics,
 		Log:      slog.New(slog.NewJSONHandler(st.log, &slog.HandlerOptions{ReplaceAttr: dropTime})),
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	for _, opt := range opts {
 		opt(&deps)
 	}
+	// The money operations on the store as the options left it (a failing one, for the error
+	// tests), as service wires them.
+	deps.Payments = payments.New(payments.Config{Router: router, Keys: deps.Store, KeysTTL: time.Hour, Hold: hold, Events: deps.Store,
+		Charges: deps.Store, Refunds: deps.Store, Queue: deps.Store, Budget: 2 * time.Second, Log: deps.Log,
+		Observer: metrics.RouterObserver()})
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)
-	st.store, st.settler, st.creds = store, settler, deps.Credentials
+	st.store, st.payments, st.creds = store, deps.Payments, deps.Credentials
 	return st
 }
 

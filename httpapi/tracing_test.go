@@ -25,9 +25,9 @@ import (
 	"github.com/payrouter/payrouter/gateways/sim"
 	"github.com/payrouter/payrouter/internal/testlog"
 	"github.com/payrouter/payrouter/memstore"
+	"github.com/payrouter/payrouter/payments"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
-	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/telemetry"
 )
 
@@ -92,11 +92,12 @@ func newTracedStack(t *testing.T) *tracedStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.settler = settle.New(settle.Config{Router: router, Charges: st.store, Refunds: st.store, Queue: st.store,
-		Budget: 2 * time.Second, Observer: metrics.RouterObserver()})
+	log := telemetry.NewLogger(ts.log)
+	st.payments = payments.New(payments.Config{Router: router, Keys: st.store, KeysTTL: time.Hour, Hold: time.Minute, Events: st.store,
+		Charges: st.store, Refunds: st.store, Queue: st.store, Budget: 2 * time.Second, Log: log, Observer: metrics.RouterObserver()})
 	deps := Deps{
-		Credentials: NewCredentials([]string{"key-1"}, ""), Settler: st.settler, Store: st.store, Domains: st.domains, Metrics: metrics,
-		IdempotencyTTL: time.Hour, Hold: time.Minute, Log: telemetry.NewLogger(ts.log),
+		Credentials: NewCredentials([]string{"key-1"}, ""), Payments: st.payments, Store: st.store, Domains: st.domains, Metrics: metrics,
+		Log:      log,
 		Gateways: []config.GatewaySummary{{Name: "paywell", Kind: "paywell"}, {Name: "ding", Kind: "ding"}},
 	}
 	st.api, st.admin = NewServer(deps), NewAdminServer(deps)

@@ -68,12 +68,22 @@ const (
 // Every attempt, refused ones included, is a client span "gateway <operation>" (attempt.go), a
 // child of the span in ctx; call runs in the span's context, so the gateway's request carries it.
 func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter.Result) (res payrouter.Result, d time.Duration) {
+	res, d, _ = g.Send(ctx, nil, call)
+	return res, d
+}
+
+// Send is Do with a last word before the call: before, when set, runs once the guard admitted
+// the call (breaker and bulkhead), just before it is made, and false abandons it. Nothing is
+// then sent, counted or reported (CallDone): the breaker's admission is handed back, and the
+// answer is an error "not sent" with no duration. called says whether call ran: the one word
+// on whether the gateway was asked, which a refused or abandoned call never was.
+func (g *Guard) Send(ctx context.Context, before func(context.Context) bool, call func(ctx context.Context) payrouter.Result) (res payrouter.Result, d time.Duration, called bool) {
 	ctx, span := g.startSpan(ctx)
 	defer func() { g.endSpan(ctx, span, res.Outcome) }()
 	adm, err := g.breaker.allow()
 	if err != nil {
 		g.obs.CallDone(ctx, g.gateway, g.op, payrouter.OutcomeBreakerOpen, 0)
-		return payrouter.Result{Outcome: payrouter.OutcomeBreakerOpen, Detail: detailBreakerOpen}, 0
+		return payrouter.Result{Outcome: payrouter.OutcomeBreakerOpen, Detail: detailBreakerOpen}, 0, false
 	}
 	scope, ok, overShare := g.bulkhead.acquire(ctx)
 	if !ok {
@@ -83,14 +93,17 @@ func (g *Guard) Do(ctx context.Context, call func(ctx context.Context) payrouter
 		if overShare {
 			detail = detailKeyShare
 		}
-		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detail}, 0
+		return payrouter.Result{Outcome: payrouter.OutcomeBulkheadFull, Detail: detail}, 0, false
 	}
-	return g.run(ctx, call, adm, scope)
+	return g.run(ctx, before, call, adm, scope)
 }
+
+// notSent is the answer to a call its before abandoned.
+var notSent = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}
 
 // run is the part of Do that holds a slot (counted against scope's share, "" none) and the
 // breaker's admission.
-func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Result, adm admission, scope string) (payrouter.Result, time.Duration) {
+func (g *Guard) run(ctx context.Context, before func(context.Context) bool, call func(context.Context) payrouter.Result, adm admission, scope string) (payrouter.Result, time.Duration, bool) {
 	reported := false
 	defer func() {
 		if !reported {
@@ -111,6 +124,11 @@ func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Re
 		defer cancel()
 	}
 
+	if before != nil && !before(callCtx) {
+		g.breaker.finish(adm, reportOf(notSent.Outcome)) // excluded: a trial is handed back, nothing counted
+		reported = true
+		return notSent, 0, false
+	}
 	start := time.Now()
 	res := call(callCtx)
 	d := time.Since(start)
@@ -122,7 +140,7 @@ func (g *Guard) run(ctx context.Context, call func(context.Context) payrouter.Re
 	g.breaker.finish(adm, report)
 	reported = true
 	g.obs.CallDone(ctx, g.gateway, g.op, res.Outcome, d)
-	return res, d
+	return res, d, true
 }
 
 // callerEnded reports whether the caller's ctx, not the gateway's timeout, ended the call: it was

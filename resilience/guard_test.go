@@ -274,3 +274,37 @@ func TestGuardErrOpenIsASentinel(t *testing.T) {
 		t.Errorf("forced open: got %v, want ErrOpen", err)
 	}
 }
+
+// A call its last word abandons (Guard.Send's before: the charge could not be stored) sends
+// nothing and is no attempt: not reported, not counted, its half-open trial handed back.
+func TestGuardAbandonedCallIsNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		d := NewDomains([]GatewaySettings{{Name: "ding", Breaker: BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: time.Second}, HalfOpenRequests: 1}}}, rec)
+		g := d.Guard("ding", payrouter.OpCharge)
+		sent := false
+		send := func(context.Context) payrouter.Result { sent = true; return payrouter.Result{Outcome: succ} }
+		refuse := func(context.Context) bool { time.Sleep(50 * time.Millisecond); return false }
+		res, took, called := g.Send(t.Context(), refuse, send)
+		if called || sent || took != 0 || res.Outcome != payrouter.OutcomeError {
+			t.Fatalf("abandoned: %+v after %v, called %v, sent %v; want an error, nothing sent, no duration", res, took, called, sent)
+		}
+		if len(rec.calls) != 0 {
+			t.Errorf("CallDone heard %v for a call never sent", rec.calls)
+		}
+		if c := g.Breaker().Snapshot().Counts; c.Failures != 0 || c.ConsecutiveFailures != 0 {
+			t.Errorf("breaker counts %+v after an abandoned call, want no failure", c)
+		}
+		// Half-open, one trial: an abandoned trial hands it back for the next call.
+		g.Do(t.Context(), answer(unav))
+		time.Sleep(time.Second + time.Millisecond)
+		expectState(t, g.Breaker(), StateHalfOpen)
+		if _, _, called := g.Send(t.Context(), refuse, send); called {
+			t.Fatal("the abandoned trial was sent")
+		}
+		if res, _, called := g.Send(t.Context(), nil, send); !called || res.Outcome != succ {
+			t.Errorf("the next trial after an abandoned one: %+v, called %v; want it admitted", res, called)
+		}
+		expectState(t, g.Breaker(), StateClosed)
+	})
+}

@@ -47,7 +47,7 @@ func (g *Gateways) OpenUntil(op payrouter.Operation) func(gateway string) time.T
 
 // Call is one call of an operation at one gateway: through the gateway's guard for that
 // operation, with the idempotency reference the gateway applies once. Every gateway call of
-// routing and settle is a Call, run by Do.
+// routing and payments is a Call, run by Do.
 type Call struct {
 	Gateway string
 	Op      payrouter.Operation
@@ -78,23 +78,12 @@ type Result struct {
 	Called bool
 }
 
-// notSent is the result of a call abandoned before the gateway was reached: excluded from the
-// breaker's counts like any malformed request of ours.
-var notSent = payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}
-
-// Do runs the call through its guard.
+// Do runs the call through its guard (resilience.Guard.Send).
 func (c Call) Do(ctx context.Context) Result {
 	if c.Attempt > 0 {
 		ctx = resilience.WithAttempt(ctx, c.Attempt, c.Hedge)
 	}
-	called := false // the guard runs its function on this goroutine, or not at all
-	res, d := c.Guard.Do(ctx, func(ctx context.Context) payrouter.Result {
-		if c.Before != nil && !c.Before(ctx) {
-			return notSent
-		}
-		called = true
-		return c.Send(ctx)
-	})
+	res, d, called := c.Guard.Send(ctx, c.Before, c.Send)
 	return Result{Result: res, Duration: d, Gateway: c.Gateway, Ref: c.Ref, Called: called}
 }
 

@@ -22,7 +22,7 @@ func TestCallSaysWhetherTheGatewayWasCalled(t *testing.T) {
 		wantSent   int
 	}{
 		{"sent and approved", false, false, payrouter.Result{Outcome: payrouter.OutcomeSucceeded}, true, 1},
-		{"sent, and answered like an abandoned call", false, false, notSent, true, 1},
+		{"sent, and answered like an abandoned call", false, false, payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "not sent: the charge could not be stored or was refused"}, true, 1},
 		{"refused by the breaker", true, false, payrouter.Result{Outcome: payrouter.OutcomeSucceeded}, false, 0},
 		{"abandoned before the gateway", false, true, payrouter.Result{Outcome: payrouter.OutcomeSucceeded}, false, 0},
 	}

@@ -148,7 +148,6 @@ func (g *ledgerGateway) callsLike(prefix string) []string {
 
 // hedgeCounter is the Observer of the tests: it counts hedge results.
 type hedgeCounter struct {
-	nopObserver
 	mu      sync.Mutex
 	results []string
 }

@@ -2,7 +2,7 @@
 // resilience guards, over the table (routes, adapters, domains) the charge started with: ordered
 // failover under the safety rules of docs/api.md (POST /charge), hedging, and the resolution of unknown outcomes
 // by a status look-up at the gateway that may have charged. It writes no money state: what the
-// attempts change is written by the Keeper the caller gives (settle.Settler, which owns the rest
+// attempts change is written by the Keeper the caller gives (payments.Service, which owns the rest
 // of a charge's life), and it imports nothing above it. Call (call.go) is the one way anything
 // calls a gateway; Apply (answer.go) the one reading of a gateway's answer into its charge.
 package routing

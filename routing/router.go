@@ -31,7 +31,7 @@ type Router struct {
 }
 
 // Keeper writes what a charge's attempts change of money state: the owner of the charge's life
-// (settle.Settler) implements it, and routing calls nothing else of it.
+// (payments.Service) implements it, and routing calls nothing else of it.
 type Keeper interface {
 	// SaveCharge stores c, processing, before a call to the gateway and reference it names:
 	// should this process die mid-call, the reconciler knows where to look. An error sends
@@ -150,7 +150,7 @@ func (r *Router) Update(routes []Route, gateways map[string]payrouter.Gateway, f
 }
 
 // Gateways returns the adapters and failure domains of the configuration in use, for what
-// follows a charge's first answer (settle.Settler.Update): the same the router calls.
+// follows a charge's first answer (payments.Service.Update): the same the router calls.
 func (r *Router) Gateways() *Gateways { return r.table().gw }
 
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
@@ -174,7 +174,7 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Charge runs a new charge: tried at each candidate gateway under the failover rules, stored by
+// Route runs a new charge's attempts: tried at each candidate gateway under the failover rules, stored by
 // keep as processing just before each gateway call (so that a crash mid-call leaves it for
 // reconciliation). Its final state is the caller's to store (FinalState says which charge),
 // with the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one
@@ -184,7 +184,7 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 // a failover's next call (nothing more was sent). The budget runs from the call, and a caller
 // that goes away does not cancel gateway calls under way: a charge cut off mid-call would
 // become an unknown outcome.
-func (r *Router) Charge(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
+func (r *Router) Route(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
 	tab := r.table()
 	route, candidates, err := r.candidates(tab, c)
 	if err != nil {
@@ -218,8 +218,8 @@ func (r *Router) Charge(ctx context.Context, c *payrouter.Charge, keep Keeper) (
 	return c, nil
 }
 
-// FinalState returns the charge whose final state the caller of Charge must store, given what
-// Charge returned: the charge when a gateway was called for it (a nil error, or an Unavailable
+// FinalState returns the charge whose final state the caller of Route must store, given what
+// Route returned: the charge when a gateway was called for it (a nil error, or an Unavailable
 // with a ChargeID), nil when nothing is to be stored.
 func FinalState(c *payrouter.Charge, err error) *payrouter.Charge {
 	var u *fallback.Unavailable
@@ -230,9 +230,9 @@ func FinalState(c *payrouter.Charge, err error) *payrouter.Charge {
 }
 
 // FastFail answers a charge that no gateway can take now, every candidate's charge breaker being
-// open (tripped within its cooldown, or forced), the way Charge would (every attempt
-// breaker_open, counted as Charge counts them), but without storing anything: ok is false, and
-// nothing counted, when any candidate would admit a call, and then Charge decides. It lets an
+// open (tripped within its cooldown, or forced), the way Route would (every attempt
+// breaker_open, counted as Route counts them), but without storing anything: ok is false, and
+// nothing counted, when any candidate would admit a call, and then Route decides. It lets an
 // outage at the gateways cost the database no write: the caller only looks the key up
 // (payrouter.IdempotencyStore.Peek), so that a key answered before still replays.
 func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.Unavailable, bool) {
@@ -248,9 +248,9 @@ func (r *Router) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.U
 	}
 	attempts := make([]payrouter.Attempt, 0, len(candidates))
 	for i, name := range candidates {
-		// Through the guard, so that the refusal is counted and traced as Charge's would be;
+		// Through the guard, so that the refusal is counted and traced as Route's would be;
 		// should the breaker have turned half-open since, the call it admits sends nothing
-		// (excluded from its counts, its trial handed back) and Charge decides instead.
+		// (excluded from its counts, its trial handed back) and Route decides instead.
 		call := tab.gw.Call(name, payrouter.OpCharge, "", nil)
 		call.Attempt, call.Before = i+1, func(context.Context) bool { return false }
 		res := call.Do(ctx)
@@ -336,8 +336,7 @@ func (run *chargeRun) attempt(ctx context.Context, candidates []string) (unavail
 				continue
 			}
 		}
-		switch res.Outcome {
-		case payrouter.OutcomeUnavailable, payrouter.OutcomeBreakerOpen, payrouter.OutcomeBulkheadFull:
+		if res.Outcome.NotSent() {
 			continue
 		}
 		Apply(c, name, ref, res)

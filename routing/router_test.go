@@ -318,11 +318,11 @@ func TestChargeThatCannotBeStoredIsNeverSent(t *testing.T) {
 	}
 }
 
-// charge runs c through r as the settler does (settle.Settler.Charge), keep storing what the
+// charge runs c through r as the settler does (payments.Service.Charge), keep storing what the
 // attempts change, then the final state stored in the charge store, which httpapi does with the
 // idempotency answer (payrouter.Store.CompleteCharge). The router never stores anything itself.
 func charge(ctx context.Context, r *Router, keep *storeKeeper, c *payrouter.Charge) (*payrouter.Charge, error) {
-	ch, err := r.Charge(ctx, c, keep)
+	ch, err := r.Route(ctx, c, keep)
 	if final := FinalState(ch, err); final != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
@@ -334,7 +334,7 @@ func charge(ctx context.Context, r *Router, keep *storeKeeper, c *payrouter.Char
 }
 
 // storeKeeper is the routing.Keeper of the tests: the charge store and the task queue written
-// directly, as settle.Settler writes them.
+// directly, as payments.Service writes them.
 type storeKeeper struct {
 	charges payrouter.ChargeStore
 	queue   payrouter.Queue

@@ -69,7 +69,7 @@ func (s *Service) reload(how string) (config.Changes, error) {
 		err = s.router.Update(next.Routes, s.adapters, next.Fallbacks)
 	}
 	if err == nil {
-		s.settler.Update(s.router.Gateways(), next.Fallbacks)
+		s.payments.Update(s.router.Gateways(), next.Fallbacks)
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the

@@ -1,5 +1,5 @@
 // Package service is one running payrouter. New builds every part from a configuration: the
-// state stores, the gateways' failure domains and adapters, the router and its settler, the
+// state stores, the gateways' failure domains and adapters, the router and the payments it runs charges for, the
 // prober, the queue worker and the reconciler, and the HTTP handlers of both listeners. Reload
 // applies what can change while serving. Close stops it in the order the money needs: the work
 // charges left running (a late hedge's void), then the background workers, then the gateways'
@@ -24,9 +24,9 @@ import (
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
+	"github.com/payrouter/payrouter/payments"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
-	"github.com/payrouter/payrouter/settle"
 	"github.com/payrouter/payrouter/statestore"
 	"github.com/payrouter/payrouter/telemetry"
 )
@@ -89,12 +89,12 @@ type Service struct {
 	obs     *telemetry.Observer
 	domains *resilience.Domains
 	router  *routing.Router
-	// settler owns a charge's life after the router's attempts: every save, capture, void,
-	// refund, look-up and queued task.
-	settler *settle.Settler
+	// payments owns a charge's life: its idempotency, every save, capture, void, refund,
+	// look-up and queued task; the router runs its attempts.
+	payments *payments.Service
 	// worker drains the task queue and reconciler resolves processing charges; nil in Probe.
 	worker     *fallback.Worker
-	reconciler *settle.Reconciler
+	reconciler *payments.Reconciler
 	// closers release what New opened, run last first by Close.
 	closers []func()
 	// stopBackground ends what Start started, and background waits for it.
@@ -179,8 +179,9 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 	if err != nil {
 		return refused(err)
 	}
-	s.settler = settle.New(settle.Config{
-		Router: s.router, Charges: s.store, Refunds: s.store, Queue: s.store, Budget: cfg.RequestTimeout,
+	s.payments = payments.New(payments.Config{
+		Router: s.router, Keys: s.store, KeysTTL: cfg.Idempotency.TTL, Events: s.store,
+		Charges: s.store, Refunds: s.store, Queue: s.store, Budget: cfg.RequestTimeout,
 		Log: s.log, Fallbacks: cfg.Fallbacks, Observer: s.metrics.RouterObserver(),
 	})
 	if s.role == Serve {
@@ -188,10 +189,10 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
 		// is handed to one at a time); one at a time reconciles, by lease.
 		s.worker = &fallback.Worker{
-			Queue: s.store, Consumer: s.origin, Handlers: s.settler.Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
+			Queue: s.store, Consumer: s.origin, Handlers: s.payments.Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
 			Idle: workerIdle(cfg),
 		}
-		s.reconciler = &settle.Reconciler{Settler: s.settler, Leases: leases, Holder: s.origin, Log: s.log}
+		s.reconciler = &payments.Reconciler{Payments: s.payments, Leases: leases, Holder: s.origin, Log: s.log}
 	}
 	return nil
 }
@@ -213,9 +214,9 @@ func workerIdle(cfg *config.Config) time.Duration {
 // NewAdminServer), the service itself answering POST /admin/reload.
 func (s *Service) Deps() httpapi.Deps {
 	deps := httpapi.Deps{
-		Credentials: s.creds, Settler: s.settler, Store: s.store,
+		Credentials: s.creds, Payments: s.payments, Store: s.store,
 		Domains: s.domains, Fleet: s.fleet, Metrics: s.metrics, Gateways: s.cfg.Summary(), Reloader: s,
-		IdempotencyTTL: s.cfg.Idempotency.TTL, Limits: s.limits, Log: s.log,
+		Limits: s.limits, Log: s.log,
 	}
 	if s.shared != nil {
 		deps.Coordination = s.shared

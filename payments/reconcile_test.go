@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func (o *reconciledLog) ChargeReconciled(s payrouter.ChargeStatus, took time.Dur
 	o.got = append(o.got, string(s)+" after "+took.String())
 }
 
-// reconcileFixture is a Settler whose clock the test moves, with one processing charge at
+// reconcileFixture is a Service whose clock the test moves, with one processing charge at
 // paywell created a minute ago, its first attempt timed out.
 func reconcileFixture(t *testing.T) (*opsFixture, *reconciledLog, *time.Time) {
 	f := newOpsFixture(t)
@@ -60,7 +60,7 @@ var (
 func TestReconcilerResolvesAProcessingCharge(t *testing.T) {
 	f, obs, _ := reconcileFixture(t)
 	f.gw.set(payrouter.OpStatus, foundIt)
-	rc := &Reconciler{Settler: f.settler}
+	rc := &Reconciler{Payments: f.settler}
 	rc.Round(t.Context())
 
 	c, err := f.store.Charge(t.Context(), "ch_test")
@@ -82,7 +82,7 @@ func TestReconcilerLeavesAChargeWhoseRequestMayStillRun(t *testing.T) {
 	f, _, now := reconcileFixture(t)
 	f.gw.set(payrouter.OpStatus, foundIt)
 	*now = now.Add(-time.Minute + f.settler.budget) // the charge is exactly as old as the budget
-	(&Reconciler{Settler: f.settler}).Round(t.Context())
+	(&Reconciler{Payments: f.settler}).Round(t.Context())
 	if n := statusCalls(f.gw); n != 0 {
 		t.Errorf("%d look-ups of a charge whose request may still be running; want none", n)
 	}
@@ -91,7 +91,7 @@ func TestReconcilerLeavesAChargeWhoseRequestMayStillRun(t *testing.T) {
 func TestReconcilerBacksOffAGatewayThatDoesNotAnswer(t *testing.T) {
 	f, obs, now := reconcileFixture(t)
 	f.gw.set(payrouter.OpStatus, unavailable)
-	rc := &Reconciler{Settler: f.settler, MaxBackoff: 4 * time.Second}
+	rc := &Reconciler{Payments: f.settler, MaxBackoff: 4 * time.Second}
 	// Look-ups at 0s, then 1s, 3s, 7s, 11s later: the wait doubles up to MaxBackoff.
 	want := map[time.Duration]int{0: 1, 500 * time.Millisecond: 1, time.Second: 2, 2 * time.Second: 2,
 		3 * time.Second: 3, 6 * time.Second: 3, 7 * time.Second: 4, 10 * time.Second: 4, 11 * time.Second: 5}

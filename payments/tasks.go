@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"cmp"
@@ -17,12 +17,12 @@ import (
 // the money must not stay there.
 const RecheckFor = 5 * time.Minute
 
-// Handlers are the Settler's handlers of the queue's tasks, by kind (fallback.Worker.Handlers):
+// Handlers are the Service's handlers of the queue's tasks, by kind (fallback.Worker.Handlers):
 // a queued refund is sent, an attempt no charge keeps is released. nil means done: the task is
 // acknowledged. fallback.ErrLater, or any other error, leaves it in the queue to be handed out
 // again; the gateway reference each sends is the same every time, so no task is ever applied
 // twice at a gateway.
-func (s *Settler) Handlers() map[payrouter.TaskKind]fallback.Handler {
+func (s *Service) Handlers() map[payrouter.TaskKind]fallback.Handler {
 	return map[payrouter.TaskKind]fallback.Handler{
 		payrouter.TaskRefund:  s.workRefund,
 		payrouter.TaskVoid:    s.release,
@@ -33,7 +33,7 @@ func (s *Settler) Handlers() map[payrouter.TaskKind]fallback.Handler {
 // reachable checks that a task's gateway can be called on the configuration in use. A gateway
 // removed from the configuration: nothing can be sent there any more; the task stays for an
 // instance that still knows the gateway, and ops see it in the log.
-func (s *Settler) reachable(ctx context.Context, t payrouter.Task, op payrouter.Operation) (*table, payrouter.Gateway, error) {
+func (s *Service) reachable(ctx context.Context, t payrouter.Task, op payrouter.Operation) (*table, payrouter.Gateway, error) {
 	tab := s.table()
 	gw := tab.gw.Adapters[t.Gateway]
 	if gw == nil || tab.gw.Domains.Guard(t.Gateway, op) == nil {
@@ -46,11 +46,17 @@ func (s *Settler) reachable(ctx context.Context, t payrouter.Task, op payrouter.
 // release makes sure an attempt no charge keeps holds no money at its gateway: it looks the
 // attempt up, voids an authorization, refunds a capture (a late approval after a failover),
 // and is done once the gateway shows nothing held.
-func (s *Settler) release(ctx context.Context, t payrouter.Task) error {
-	if keeps, err := s.chargeKeeps(ctx, t); err != nil {
+func (s *Service) release(ctx context.Context, t payrouter.Task) error {
+	keeps, decided, err := s.chargeKeeps(ctx, t)
+	switch {
+	case err != nil:
 		return fmt.Errorf("%w: reading charge %s: %v", fallback.ErrLater, t.ChargeID, err)
-	} else if keeps {
-		return nil // the charge's own attempt: never released, the reconciler resolves it
+	case !decided:
+		// Still processing: which attempt it keeps is not known until it is decided (a hedged
+		// charge names its last flight until its answer is stored).
+		return fmt.Errorf("%w: charge %s is still processing", fallback.ErrLater, t.ChargeID)
+	case keeps:
+		return nil // the charge's own attempt: never released
 	}
 	tab, gw, err := s.reachable(ctx, t, payrouter.OpStatus)
 	if err != nil {
@@ -97,30 +103,33 @@ func (s *Settler) release(ctx context.Context, t payrouter.Task) error {
 	return nil
 }
 
-// chargeKeeps reports whether the attempt a task names is the one its charge keeps (or still
-// waits for): a hedge queued for a recheck that then won, or a charge left processing on it.
-// Releasing it would refund the customer's own purchase.
-func (s *Settler) chargeKeeps(ctx context.Context, t payrouter.Task) (bool, error) {
+// chargeKeeps reports whether the attempt a task names is the one its charge keeps: a hedge
+// queued for a recheck that then won. Releasing it would refund the customer's own purchase.
+// decided is false while the charge is still processing: the attempt it names then is only where
+// a look-up would go (the last flight of a hedge, until the charge's answer is stored), and the
+// task waits for it to be decided.
+func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, decided bool, err error) {
 	c, err := s.charges.Charge(ctx, t.ChargeID)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		return false, nil // never stored: it kept nothing
+		return false, true, nil // never stored: it kept nothing
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	if c.Gateway != t.Gateway || c.Reference != t.Reference {
-		return false, nil
+	switch {
+	case c.Status == payrouter.StatusProcessing:
+		return false, false, nil
+	case c.Gateway != t.Gateway || c.Reference != t.Reference:
+		return false, true, nil
+	case c.Status == payrouter.StatusDeclined, c.Status == payrouter.StatusFailed:
+		return false, true, nil
 	}
-	switch c.Status {
-	case payrouter.StatusDeclined, payrouter.StatusFailed:
-		return false, nil
-	}
-	return true, nil
+	return true, true, nil
 }
 
 // markVoided marks the attempt with that reference as voided in its stored charge, so that GET
 // /charge/{id} tells the whole story.
-func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string) error {
+func (s *Service) markVoided(ctx context.Context, chargeID, gateway, ref string) error {
 	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
 		if at.Voided {
 			return false
@@ -132,7 +141,7 @@ func (s *Settler) markVoided(ctx context.Context, chargeID, gateway, ref string)
 
 // noteAttempt changes, by note, the attempt (gateway, ref) of the stored charge chargeID, and
 // stores it when note says it changed anything, reading it again when it changed meanwhile.
-func (s *Settler) noteAttempt(ctx context.Context, chargeID, gateway, ref string, note func(*payrouter.Charge, *payrouter.Attempt) bool) error {
+func (s *Service) noteAttempt(ctx context.Context, chargeID, gateway, ref string, note func(*payrouter.Charge, *payrouter.Attempt) bool) error {
 	for range changeTries {
 		c, err := s.charges.Charge(ctx, chargeID)
 		if err != nil {
@@ -154,7 +163,7 @@ func (s *Settler) noteAttempt(ctx context.Context, chargeID, gateway, ref string
 // to void, TaskRecheck for an attempt found not processed that may yet be processed late. It
 // is started no sooner than after. A task that cannot be queued is logged loudly and counted
 // (Observer.TaskNotQueued): ops must look at that gateway's ledger.
-func (s *Settler) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
+func (s *Service) ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration) {
 	now := s.now().UTC()
 	t := payrouter.Task{
 		Kind: kind, Gateway: gateway, ChargeID: c.ID, Reference: ref, GatewayReference: gwRef,

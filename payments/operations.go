@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"cmp"
@@ -24,7 +24,7 @@ const storeTimeout = 2 * time.Second
 
 // bounded is the request's budget, cut loose from the caller: a client that goes away does not cut
 // a gateway call short (it would become an unknown outcome).
-func (s *Settler) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Service) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 }
 
@@ -98,17 +98,17 @@ var (
 // *fallback.Unavailable when the gateway could not take the capture now (sending it again with
 // the same charge is safe: its reference makes a repeat a no-op); an EGatewayError when the
 // gateway refused it.
-func (s *Settler) Capture(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+func (s *Service) Capture(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
 	return s.changeAuthorization(ctx, chargeID, captureChange)
 }
 
 // Void cancels an authorized (requires_capture) charge at the gateway that authorized it; the
 // charge becomes voided. Its answers are those of Capture.
-func (s *Settler) Void(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
+func (s *Service) Void(ctx context.Context, chargeID string) (*payrouter.Charge, error) {
 	return s.changeAuthorization(ctx, chargeID, voidChange)
 }
 
-func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch authorizationChange) (*payrouter.Charge, error) {
+func (s *Service) changeAuthorization(ctx context.Context, chargeID string, ch authorizationChange) (*payrouter.Charge, error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	tab := s.table()
@@ -132,7 +132,7 @@ func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch a
 			s.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 		}
 		return nil, ch.fallback(tab.fallbacks, missed(tab, ch.op, c, a))
-	case res.Outcome.MayHaveProcessed() || res.Outcome == payrouter.OutcomePending:
+	case res.Outcome.MayHaveBeenApplied():
 		// It may have been applied: one look-up tells. When it cannot, the caller sends the same
 		// request again, which the reference makes safe; meanwhile the charge stays marked, so
 		// the opposite operation is refused until the mark is stale.
@@ -158,7 +158,7 @@ func (s *Settler) changeAuthorization(ctx context.Context, chargeID string, ch a
 // before anything is sent, so that a capture and a void of one charge at once cannot both reach
 // its gateway: the second is refused (EState) with nothing sent. It returns the charge as marked
 // and its gateway.
-func (s *Settler) beginChange(ctx context.Context, tab *table, chargeID string, op payrouter.Operation) (*payrouter.Charge, payrouter.Gateway, error) {
+func (s *Service) beginChange(ctx context.Context, tab *table, chargeID string, op payrouter.Operation) (*payrouter.Charge, payrouter.Gateway, error) {
 	for range changeTries {
 		c, err := s.Get(ctx, chargeID)
 		if err != nil {
@@ -191,7 +191,7 @@ func (s *Settler) beginChange(ctx context.Context, tab *table, chargeID string, 
 // and the gateway, which already did it, answers the same (the operation's reference is the
 // same). A charge found moved on meanwhile (the same op by another request) is returned as it
 // stands.
-func (s *Settler) endChange(ctx context.Context, c *payrouter.Charge, ch authorizationChange, status payrouter.ChargeStatus) (*payrouter.Charge, error) {
+func (s *Service) endChange(ctx context.Context, c *payrouter.Charge, ch authorizationChange, status payrouter.ChargeStatus) (*payrouter.Charge, error) {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	for range changeTries {
@@ -234,7 +234,7 @@ func whyRefused(res payrouter.Result) string {
 // so that the gateway applies it once however often it is sent. nil when it is done: applied,
 // refused, or nothing left to do; fallback.ErrLater while the gateway cannot answer; another
 // error when the store failed (the task is handed out again).
-func (s *Settler) workRefund(ctx context.Context, t payrouter.Task) error {
+func (s *Service) workRefund(ctx context.Context, t payrouter.Task) error {
 	if s.refunds == nil {
 		return fmt.Errorf("%w: no refund store configured", fallback.ErrLater)
 	}
@@ -267,7 +267,7 @@ func (s *Settler) workRefund(ctx context.Context, t payrouter.Task) error {
 			return err // sent again later: the gateway answers the same, and it is stored then
 		}
 		return nil
-	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
+	case res.Outcome.Unanswered():
 		return fmt.Errorf("%w: refund %s: %s", fallback.ErrLater, rf.ID, res.Outcome)
 	default: // declined, error: sending it again would be refused again
 		s.failRefund(ctx, rf, whyRefused(res.Result))
@@ -278,13 +278,14 @@ func (s *Settler) workRefund(ctx context.Context, t payrouter.Task) error {
 // ErrNoRefund is the answer for a refund id that does not exist, or that the caller may not see.
 func ErrNoRefund(id string) error { return payrouter.Errorf(payrouter.ENotFound, "no refund %q", id) }
 
-// GetRefund returns a stored refund, ENotFound when there is none with that id.
-func (s *Settler) GetRefund(ctx context.Context, id string) (*payrouter.Refund, error) {
+// GetRefund returns a stored refund of scope's, ENotFound when there is none with that id.
+// Another scope's refund is answered exactly as one that does not exist.
+func (s *Service) GetRefund(ctx context.Context, scope, id string) (*payrouter.Refund, error) {
 	if s.refunds == nil {
 		return nil, ErrNoRefund(id)
 	}
 	rf, err := s.refunds.Refund(ctx, id)
-	if errors.Is(err, payrouter.ErrNotFound) {
+	if errors.Is(err, payrouter.ErrNotFound) || err == nil && !rf.OwnedBy(scope) {
 		return nil, ErrNoRefund(id)
 	}
 	return rf, err
@@ -293,11 +294,15 @@ func (s *Settler) GetRefund(ctx context.Context, id string) (*payrouter.Refund, 
 // Refresh returns a charge as GET /charge/{id} shows it: the stored charge, and for one still
 // processing what its gateway says of it now. When the gateway cannot be asked, the status
 // fallback answers (fallback.Fallbacks.Status): the stored charge with stale true, or a
-// *fallback.Unavailable.
-func (s *Settler) Refresh(ctx context.Context, id string) (c *payrouter.Charge, stale bool, err error) {
+// *fallback.Unavailable. Another scope's charge is answered exactly as one that does not exist
+// (payrouter.Charge.OwnedBy): a key cannot even learn which ids are taken.
+func (s *Service) Refresh(ctx context.Context, scope, id string) (c *payrouter.Charge, stale bool, err error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	c, err = s.Get(ctx, id)
+	if err == nil && !c.OwnedBy(scope) {
+		return nil, false, ErrNoCharge(id)
+	}
 	if err != nil || c.Status != payrouter.StatusProcessing {
 		return c, false, err
 	}
@@ -319,14 +324,14 @@ func (s *Settler) Refresh(ctx context.Context, id string) (c *payrouter.Charge, 
 // final; not_found is failed once no attempt can still be on its way, and a late approval is
 // then voided by a queued recheck; pending stays. answered is false when the gateway could not
 // be asked. The charge is stored when it changed; err is a failure to store it.
-func (s *Settler) ResolveProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, err error) {
+func (s *Service) ResolveProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, err error) {
 	answered, _, err = s.lookUpProcessing(ctx, c)
 	return answered, err
 }
 
 // lookUpProcessing is ResolveProcessing, also returning the look-up's attempt (for the answer of
 // a status fallback that fails).
-func (s *Settler) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, look payrouter.Attempt, err error) {
+func (s *Service) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (answered bool, look payrouter.Attempt, err error) {
 	if c.Status != payrouter.StatusProcessing {
 		return true, payrouter.Attempt{}, nil
 	}
@@ -371,7 +376,7 @@ func (s *Settler) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (an
 
 // moveOn sets a processing charge's status by what its gateway's look-up found (res), capturing
 // an authorization the charge asked to capture (lookUpProcessing).
-func (s *Settler) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, res payrouter.Result) {
+func (s *Service) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, res payrouter.Result) {
 	switch res.State {
 	case payrouter.TxNotFound:
 		// An attempt can still be on its way to the gateway until the budget of its request and
@@ -407,7 +412,7 @@ func (s *Settler) moveOn(ctx context.Context, tab *table, c *payrouter.Charge, g
 // reconciler, another GET, its own request): that one stands, and c becomes it. A charge still
 // processing but written since (an attempt noted) takes what the look-up found on top of its
 // latest version.
-func (s *Settler) storeResolved(ctx context.Context, c *payrouter.Charge) error {
+func (s *Service) storeResolved(ctx context.Context, c *payrouter.Charge) error {
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
 	for range changeTries {
@@ -434,7 +439,7 @@ func (s *Settler) storeResolved(ctx context.Context, c *payrouter.Charge) error 
 // captureProcessing captures a processing charge found authorized, with the reference Capture
 // uses. ok is false when the capture did not happen (the charge stays processing, and the next
 // look-up tries again).
-func (s *Settler) captureProcessing(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
+func (s *Service) captureProcessing(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway, found payrouter.Result) (payrouter.Result, bool) {
 	req := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(c.Reference, payrouter.OpCapture), ChargeReference: c.Reference,
 		GatewayReference: found.GatewayReference, Amount: c.Amount, Currency: c.Currency,

@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // charge's answer is stored: a charge still stored as processing is about to be written with its
 // answer, which this must not hold up (the attempt then stays as the answer showed it, unknown,
 // and the money is right either way).
-func (s *Settler) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
+func (s *Service) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
 	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
 		if c.Status == payrouter.StatusProcessing {
 			return false

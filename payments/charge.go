@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"context"
@@ -6,29 +6,28 @@ import (
 	"fmt"
 
 	"github.com/payrouter/payrouter"
-	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/routing"
 )
 
-// A charge's first answer: the Settler looks for the charge its id names first (its request's
+// A charge's first answer: the Service looks for the charge its id names first (its request's
 // instance may have died mid-call), then has its router run the attempts, writing for them
 // (routing.Keeper) every save they need.
 
-var _ routing.Keeper = (*Settler)(nil)
+var _ routing.Keeper = (*Service)(nil)
 
-// Charge runs a new charge through the router (routing.Router.Charge), unless one with its id
+// Charge runs a new charge through the router (routing.Router.Route), unless one with its id
 // was stored before: its request's instance died mid-call and the Idempotency-Key it was sent
 // with was free again (charge ids derive from the key). Such a charge may have been approved,
 // so it is answered as it stands (looked up at its gateway first when still processing) and
 // nothing is sent. One that no gateway took (failed) is run again, its attempts numbered on from
 // the last, so no reference is reused. The same key with another amount or currency is a
-// mismatch. Its answers are routing.Router.Charge's; its final state is the caller's to store
+// mismatch. Its answers are routing.Router.Route's; its final state is the caller's to store
 // (routing.FinalState).
-func (s *Settler) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
+func (s *Service) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
 	if prev, done, err := s.existing(ctx, c); err != nil || done {
 		return prev, err
 	}
-	ch, err := s.router.Charge(ctx, c, s)
+	ch, err := s.router.Route(ctx, c, s)
 	if errors.Is(err, payrouter.ErrStale) {
 		// Resolved by another writer (a GET that looked it up, the reconciler) before a
 		// failover's next call: nothing more was sent, and it is answered as it stands.
@@ -37,15 +36,9 @@ func (s *Settler) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.C
 	return ch, err
 }
 
-// FastFail answers a charge no gateway can take now without storing anything
-// (routing.Router.FastFail).
-func (s *Settler) FastFail(ctx context.Context, c *payrouter.Charge) (*fallback.Unavailable, bool) {
-	return s.router.FastFail(ctx, c)
-}
-
 // existing looks for a charge stored under c's id before (Charge): done is true when it is
 // answered as it stands.
-func (s *Settler) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
+func (s *Service) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	prev, err = s.charges.Charge(ctx, c.ID)
@@ -71,6 +64,6 @@ func (s *Settler) existing(ctx context.Context, c *payrouter.Charge) (prev *payr
 }
 
 // SaveCharge stores a charge its attempts changed (routing.Keeper): before each gateway call.
-func (s *Settler) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+func (s *Service) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	return s.charges.SaveCharge(ctx, c)
 }

@@ -1,10 +1,12 @@
-package settle
+package payments
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/payrouter/payrouter"
+	"github.com/payrouter/payrouter/fallback"
 )
 
 // TestChargeAskedAgainAfterItsInstanceDied: the instance running a charge died mid-call, its
@@ -71,5 +73,36 @@ func TestQueuedVoidIsSent(t *testing.T) {
 	}
 	if n, _ := f.store.QueueDepth(t.Context()); n != 0 {
 		t.Errorf("%d tasks left; want the void done and acknowledged", n)
+	}
+}
+
+// TestReleaseWaitsForItsChargeToBeDecided is the chaos check's finding: a hedged charge names
+// its last flight while it is processing, so a recheck of that flight that ran before the
+// charge's answer was stored found it "kept" and was dropped, and the flight's late approval
+// held the money for good. A recheck now waits while its charge is processing, then releases an
+// attempt the decided charge does not keep.
+func TestReleaseWaitsForItsChargeToBeDecided(t *testing.T) {
+	f := newOpsFixture(t)
+	hedge := payrouter.AttemptReference("ch_test", 2)
+	c := f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) { c.Reference = hedge })
+	f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_hedge"})
+	task := payrouter.Task{Kind: payrouter.TaskRecheck, Gateway: "paywell", ChargeID: c.ID, Reference: hedge}
+	if err := work(f.settler, t.Context(), task); !errors.Is(err, fallback.ErrLater) {
+		t.Fatalf("a recheck of the attempt a processing charge names: %v, want it left for later", err)
+	}
+	if calls := f.gw.Calls(); len(calls) != 0 {
+		t.Fatalf("gateway calls %v while the charge is processing; want none", calls)
+	}
+	c = f.stored(t)
+	c.Status, c.Reference = payrouter.StatusSucceeded, "ch_test-a1" // decided on the primary
+	if err := f.store.SaveCharge(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if err := work(f.settler, t.Context(), task); err != nil {
+		t.Fatalf("the recheck once the charge is decided: %v", err)
+	}
+	want := "void:" + payrouter.OperationReference(hedge, payrouter.OpVoid)
+	if calls := f.gw.Calls(); len(calls) != 2 || calls[1] != want {
+		t.Errorf("gateway calls %v; want the look-up, then %s", calls, want)
 	}
 }

@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"cmp"
@@ -32,11 +32,11 @@ const (
 // Reconciler resolves every processing charge in the background: a charge whose gateway timed
 // out, answered ambiguously or said pending, and one left behind by an instance that crashed
 // mid-call. It looks each up at the gateway that may have it, with backoff (1s, 2s, 4s, ... up to
-// MaxBackoff), until the charge is final (Settler.ResolveProcessing says what final means). In a
+// MaxBackoff), until the charge is final (Service.ResolveProcessing says what final means). In a
 // fleet one instance reconciles at a time, the holder of a lease; an instance that cannot reach
 // the shared store reconciles what it sees.
 type Reconciler struct {
-	Settler *Settler
+	Payments *Service
 	// Leases elects the reconciling instance; nil: this instance always reconciles.
 	Leases payrouter.Leases
 	// Holder names this instance for the lease.
@@ -89,7 +89,7 @@ func (rc *Reconciler) leads(ctx context.Context, ttl time.Duration) bool {
 
 // Round looks up each processing charge that is due, once.
 func (rc *Reconciler) Round(ctx context.Context) {
-	s := rc.Settler
+	s := rc.Payments
 	log := rc.Log
 	if log == nil {
 		log = s.log
@@ -160,7 +160,7 @@ func (rc *Reconciler) Round(ctx context.Context) {
 
 // reconcile looks one charge up; it reports whether the charge is final now.
 func (rc *Reconciler) reconcile(ctx context.Context, log *slog.Logger, c *payrouter.Charge) bool {
-	s := rc.Settler
+	s := rc.Payments
 	ctx, cancel := context.WithTimeout(ctx, s.budget)
 	defer cancel()
 	answered, err := s.ResolveProcessing(ctx, c)

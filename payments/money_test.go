@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// The money rules raced through the Settler, against a gateway that applies every refund it
+// The money rules raced through the Service, against a gateway that applies every refund it
 // is sent without checking what is left (opGateway): payrouter alone holds the limit.
 
 // TestConcurrentRefundsNeverExceedTheCharge: full and partial refunds of one charge at once,
@@ -174,7 +174,7 @@ func TestLookUpShowsTrueState(t *testing.T) {
 			f := newOpsFixture(t)
 			f.charge(t, payrouter.StatusProcessing)
 			f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: tc.state, GatewayReference: "gw_1"})
-			got, _, err := f.settler.Refresh(t.Context(), "ch_test")
+			got, _, err := f.settler.Refresh(t.Context(), "", "ch_test")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"context"
@@ -104,7 +104,7 @@ func (g *opGateway) Status(_ context.Context, req payrouter.TxRequest) payrouter
 }
 func (g *opGateway) Health(context.Context) error { return nil }
 
-// fallbackLog records what the Settler told its Observer.
+// fallbackLog records what the Service told its Observer.
 type fallbackLog struct {
 	mu        sync.Mutex
 	used      []string // "<op>/<policy>"
@@ -137,7 +137,7 @@ func (o *fallbackLog) Used() []string {
 }
 
 type opsFixture struct {
-	settler *Settler
+	settler *Service
 	store   *memstore.Store
 	gw      *opGateway
 	dom     *resilience.Domains
@@ -336,7 +336,7 @@ func TestCaptureUnknownCharge(t *testing.T) {
 	if _, err := f.settler.Refund(t.Context(), "ch_nope", 0, ""); payrouter.Code(err) != payrouter.ENotFound {
 		t.Errorf("refund of an unknown charge: %v, want not-found", err)
 	}
-	if _, err := f.settler.GetRefund(t.Context(), "re_nope"); payrouter.Code(err) != payrouter.ENotFound {
+	if _, err := f.settler.GetRefund(t.Context(), "", "re_nope"); payrouter.Code(err) != payrouter.ENotFound {
 		t.Errorf("unknown refund: %v, want not-found", err)
 	}
 }
@@ -563,11 +563,11 @@ func TestRefundAskedAgainIsQueued(t *testing.T) {
 	}
 }
 
-// work takes every task due and works it through the Settler, as the worker does, acknowledging
+// work takes every task due and works it through the Service, as the worker does, acknowledging
 // those done. It returns what each handling returned.
 // work does one queued task as the queue's worker does (fallback.Worker): not before its
 // NotBefore, by the handler of its kind.
-func work(s *Settler, ctx context.Context, t payrouter.Task) error {
+func work(s *Service, ctx context.Context, t payrouter.Task) error {
 	if s.now().Before(t.NotBefore) {
 		return fallback.ErrLater
 	}
@@ -849,7 +849,7 @@ func TestRefresh(t *testing.T) {
 			f := newOpsFixture(t, tc.opts...)
 			f.charge(t, tc.status)
 			f.gw.set(payrouter.OpStatus, tc.lookup)
-			c, stale, err := f.settler.Refresh(t.Context(), "ch_test")
+			c, stale, err := f.settler.Refresh(t.Context(), "", "ch_test")
 			if got := errKind(err); got != tc.wantErr {
 				t.Fatalf("err %v, want %q", err, tc.wantErr)
 			}
@@ -866,7 +866,7 @@ func TestRefresh(t *testing.T) {
 	}
 	t.Run("unknown charge", func(t *testing.T) {
 		f := newOpsFixture(t)
-		if _, _, err := f.settler.Refresh(t.Context(), "ch_nope"); payrouter.Code(err) != payrouter.ENotFound {
+		if _, _, err := f.settler.Refresh(t.Context(), "", "ch_nope"); payrouter.Code(err) != payrouter.ENotFound {
 			t.Errorf("err %v, want not-found", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package settle
+package payments
 
 import (
 	"cmp"
@@ -49,7 +49,7 @@ func errBusy(chargeID string) error {
 // mid-request, after the refund was stored) finds that refund and answers it as it stands,
 // instead of refunding a second time; its safety task finishes it if it is still pending. The
 // same id asked for another charge or amount is EMismatch.
-func (s *Settler) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
+func (s *Service) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
 	if amount < 0 {
 		return nil, payrouter.Errorf(payrouter.EInvalid, "a refund's amount must be positive")
 	}
@@ -103,7 +103,7 @@ func (s *Settler) Refund(ctx context.Context, chargeID string, amount int64, id 
 // refundAskedAgain looks for the refund id names, asked for before: found, it is answered as it
 // stands (and queued again when it is not settled); the same id asked for another charge or
 // amount is EMismatch.
-func (s *Settler) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amount int64, id string) (prev *payrouter.Refund, found bool, err error) {
+func (s *Service) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amount int64, id string) (prev *payrouter.Refund, found bool, err error) {
 	prev, err = s.refunds.Refund(ctx, id)
 	switch {
 	case errors.Is(err, payrouter.ErrNotFound):
@@ -131,8 +131,8 @@ func (s *Settler) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amo
 
 // refundAnswered moves a refund on by its gateway's answer to its first sending: succeeded;
 // failed when the gateway refused it; otherwise (not sent, or maybe applied) as the refund
-// fallback decides (fallback.Fallbacks.Refund), with this Settler's queueing and failing.
-func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res routing.Result) (*payrouter.Refund, error) {
+// fallback decides (fallback.Fallbacks.Refund), with this Service's queueing and failing.
+func (s *Service) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res routing.Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
 		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
@@ -143,7 +143,7 @@ func (s *Settler) refundAnswered(ctx context.Context, tab *table, c *payrouter.C
 			rf.Status = payrouter.RefundSucceeded
 		}
 		return rf, nil
-	case res.Outcome.NotSent(), res.Outcome.MayHaveProcessed(), res.Outcome == payrouter.OutcomePending:
+	case res.Outcome.Unanswered():
 		return tab.fallbacks.Refund(missed(tab, payrouter.OpRefund, c, res.Attempt()), rf, fallback.RefundSteps{
 			Queue: func(maybeSent bool) error { return s.queueRefund(ctx, rf, maybeSent) },
 			Fail:  func(detail string) { s.failRefund(ctx, rf, detail) },
@@ -183,7 +183,7 @@ func refundTask(rf *payrouter.Refund, notBefore, now time.Time) payrouter.Task {
 // otherwise. When the refund was settled meanwhile (its safety task ran), rf becomes it and
 // nothing is queued. The error is returned, and the refund stays pending (it may have been
 // sent; its safety task finds out), when the queue refuses.
-func (s *Settler) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSent bool) error {
+func (s *Service) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSent bool) error {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	var err error
@@ -224,7 +224,7 @@ func (s *Settler) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSe
 // reservations to its refunded amount, in one step from pending or queued: a refund found
 // succeeded already (sent twice, by a worker and a request, or by two workers, or by an instance
 // that stalled and resumed) is not counted again. rf becomes the refund as stored.
-func (s *Settler) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
+func (s *Service) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	return s.settleRefund(ctx, rf, func(done *payrouter.Refund, c *payrouter.Charge) {
@@ -235,7 +235,7 @@ func (s *Settler) completeRefund(ctx context.Context, rf *payrouter.Refund, res 
 }
 
 // failRefund records a refund that will not be sent again, and why, freeing its reservation.
-func (s *Settler) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
+func (s *Service) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	s.log.WarnContext(ctx, "refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
@@ -251,7 +251,7 @@ func (s *Settler) failRefund(ctx context.Context, rf *payrouter.Refund, detail s
 // settleRefund moves a pending or queued refund to its end, as end sets it and its charge, read
 // afresh each time the move finds either changed. A refund settled already is left as it is
 // (its end was counted then), and rf becomes it.
-func (s *Settler) settleRefund(ctx context.Context, rf *payrouter.Refund, end func(*payrouter.Refund, *payrouter.Charge)) error {
+func (s *Service) settleRefund(ctx context.Context, rf *payrouter.Refund, end func(*payrouter.Refund, *payrouter.Charge)) error {
 	for range changeTries {
 		stored, err := s.refunds.Refund(ctx, rf.ID)
 		if err != nil {
