@@ -56,11 +56,14 @@ func (s *Service) changeOnce(ctx context.Context, r Request, id string, render R
 // RefundCharge refunds amount (0: all that is left) of the charge chargeID as refund refundID
 // (Refund) at most once per key; a replay shows the refund as it stands now.
 func (s *Service) RefundCharge(ctx context.Context, r Request, chargeID, refundID string, amount int64, render Render) (Answer, error) {
-	if err := s.own(ctx, r.Scope, chargeID); err != nil {
+	c, err := s.owned(ctx, r.Scope, chargeID)
+	if err != nil {
 		return Answer{}, err
 	}
 	return s.idempotent(ctx, r, render, func(payrouter.Hold) (Result, *payrouter.Charge) {
-		rf, err := s.Refund(ctx, chargeID, amount, refundID)
+		// The charge read for its owner is the first try: should a refund of it have been
+		// written since, the store refuses the reservation and it is read again.
+		rf, err := s.refund(ctx, chargeID, c, amount, refundID)
 		return Result{Refund: rf, Err: err}, nil
 	}, func(ctx context.Context) (Result, bool, error) {
 		rf, err := s.refunds.Refund(ctx, refundID)
@@ -96,14 +99,20 @@ func (s *Service) chargeNow(id string) current {
 
 // own checks that the charge id is scope's to act on before anything is done with it.
 func (s *Service) own(ctx context.Context, scope, id string) error {
+	_, err := s.owned(ctx, scope, id)
+	return err
+}
+
+// owned returns the charge id when it is scope's to act on.
+func (s *Service) owned(ctx context.Context, scope, id string) (*payrouter.Charge, error) {
 	ch, err := s.charges.Charge(ctx, id)
 	switch {
 	case errors.Is(err, payrouter.ErrNotFound):
-		return ErrNoCharge(id)
+		return nil, ErrNoCharge(id)
 	case err != nil:
-		return err
+		return nil, err
 	case !ch.OwnedBy(scope):
-		return ErrNoCharge(id)
+		return nil, ErrNoCharge(id)
 	}
-	return nil
+	return ch, nil
 }

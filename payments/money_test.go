@@ -87,7 +87,7 @@ func TestRefundCompletedOnce(t *testing.T) {
 	}
 	wg.Wait()
 	old := *stalled
-	if err := f.settler.completeRefund(t.Context(), &old, payrouter.Result{Outcome: payrouter.OutcomeSucceeded}); err != nil {
+	if err := f.settler.completeRefund(t.Context(), &old, nil, payrouter.Result{Outcome: payrouter.OutcomeSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	c := f.stored(t)

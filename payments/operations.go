@@ -263,14 +263,14 @@ func (s *Service) workRefund(ctx context.Context, t payrouter.Task) error {
 	res := sendRefund(ctx, s.log, tab, gw, c, rf)
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
+		if err := s.completeRefund(ctx, rf, c, res.Result); err != nil {
 			return err // sent again later: the gateway answers the same, and it is stored then
 		}
 		return nil
 	case res.Outcome.Unanswered():
 		return fmt.Errorf("%w: refund %s: %s", fallback.ErrLater, rf.ID, res.Outcome)
 	default: // declined, error: sending it again would be refused again
-		s.failRefund(ctx, rf, whyRefused(res.Result))
+		s.failRefund(ctx, rf, c, whyRefused(res.Result))
 		return nil
 	}
 }

@@ -50,6 +50,11 @@ func errBusy(chargeID string) error {
 // instead of refunding a second time; its safety task finishes it if it is still pending. The
 // same id asked for another charge or amount is EMismatch.
 func (s *Service) Refund(ctx context.Context, chargeID string, amount int64, id string) (*payrouter.Refund, error) {
+	return s.refund(ctx, chargeID, nil, amount, id)
+}
+
+// refund is Refund, trying first from known, the charge as the caller read it (nil: none).
+func (s *Service) refund(ctx context.Context, chargeID string, known *payrouter.Charge, amount int64, id string) (*payrouter.Refund, error) {
 	if amount < 0 {
 		return nil, payrouter.Errorf(payrouter.EInvalid, "a refund's amount must be positive")
 	}
@@ -62,13 +67,20 @@ func (s *Service) Refund(ctx context.Context, chargeID string, amount int64, id 
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	tab := s.table()
-	for range changeTries {
-		c, err := s.Get(ctx, chargeID)
-		if err != nil {
-			return nil, err
+	for try := range changeTries {
+		c := known
+		if try > 0 || c == nil {
+			var err error
+			if c, err = s.Get(ctx, chargeID); err != nil {
+				return nil, err
+			}
 		}
-		if prev, found, err := s.refundAskedAgain(ctx, c, amount, id); found || err != nil {
-			return prev, err
+		// A refund asked for before under this id is found by the reservation itself, which the
+		// store refuses for an id taken (ErrStale): only then is it looked for.
+		if try > 0 {
+			if prev, found, err := s.refundAskedAgain(ctx, c, amount, id); found || err != nil {
+				return prev, err
+			}
 		}
 		gw, err := gatewayOf(tab, c)
 		if err != nil {
@@ -76,6 +88,12 @@ func (s *Service) Refund(ctx context.Context, chargeID string, amount int64, id 
 		}
 		reserved, err := c.ReserveRefund(amount)
 		if err != nil {
+			if try == 0 {
+				// Refused by what is left, unless it is one asked for before: that one stands.
+				if prev, found, aerr := s.refundAskedAgain(ctx, c, amount, id); found || aerr != nil {
+					return prev, aerr
+				}
+			}
 			return nil, err
 		}
 		now := s.now().UTC()
@@ -135,7 +153,7 @@ func (s *Service) refundAskedAgain(ctx context.Context, c *payrouter.Charge, amo
 func (s *Service) refundAnswered(ctx context.Context, tab *table, c *payrouter.Charge, rf *payrouter.Refund, res routing.Result) (*payrouter.Refund, error) {
 	switch {
 	case res.Outcome == payrouter.OutcomeSucceeded:
-		if err := s.completeRefund(ctx, rf, res.Result); err != nil {
+		if err := s.completeRefund(ctx, rf, c, res.Result); err != nil {
 			// The gateway applied it: the answer says so, and a retry of the request must not
 			// become a second refund, so this is no error for the caller. The safety task
 			// stores it later.
@@ -146,10 +164,10 @@ func (s *Service) refundAnswered(ctx context.Context, tab *table, c *payrouter.C
 	case res.Outcome.Unanswered():
 		return tab.fallbacks.Refund(missed(tab, payrouter.OpRefund, c, res.Attempt()), rf, fallback.RefundSteps{
 			Queue: func(maybeSent bool) error { return s.queueRefund(ctx, rf, maybeSent) },
-			Fail:  func(detail string) { s.failRefund(ctx, rf, detail) },
+			Fail:  func(detail string) { s.failRefund(ctx, rf, c, detail) },
 		})
 	default: // declined, error
-		s.failRefund(ctx, rf, whyRefused(res.Result))
+		s.failRefund(ctx, rf, c, whyRefused(res.Result))
 		return nil, payrouter.Errorf(payrouter.EGatewayError, "%s refused refund %s of charge %s (%s)", c.Gateway, rf.ID, c.ID, whyRefused(res.Result))
 	}
 }
@@ -223,23 +241,25 @@ func (s *Service) queueRefund(ctx context.Context, rf *payrouter.Refund, maybeSe
 // completeRefund records a refund the gateway applied and moves its amount from its charge's
 // reservations to its refunded amount, in one step from pending or queued: a refund found
 // succeeded already (sent twice, by a worker and a request, or by two workers, or by an instance
-// that stalled and resumed) is not counted again. rf becomes the refund as stored.
-func (s *Service) completeRefund(ctx context.Context, rf *payrouter.Refund, res payrouter.Result) error {
+// that stalled and resumed) is not counted again. rf becomes the refund as stored. known is the
+// charge as the caller last read or wrote it (nil: none), tried first.
+func (s *Service) completeRefund(ctx context.Context, rf *payrouter.Refund, known *payrouter.Charge, res payrouter.Result) error {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
-	return s.settleRefund(ctx, rf, func(done *payrouter.Refund, c *payrouter.Charge) {
+	return s.settleRefund(ctx, rf, known, func(done *payrouter.Refund, c *payrouter.Charge) {
 		done.Status, done.Detail = payrouter.RefundSucceeded, ""
 		done.GatewayReference = cmp.Or(res.GatewayReference, done.GatewayReference)
 		c.RefundApplied(done.Amount)
 	})
 }
 
-// failRefund records a refund that will not be sent again, and why, freeing its reservation.
-func (s *Service) failRefund(ctx context.Context, rf *payrouter.Refund, detail string) {
+// failRefund records a refund that will not be sent again, and why, freeing its reservation
+// (known as for completeRefund).
+func (s *Service) failRefund(ctx context.Context, rf *payrouter.Refund, known *payrouter.Charge, detail string) {
 	ctx, cancel := storeCtx(ctx)
 	defer cancel()
 	s.log.WarnContext(ctx, "refund.failed", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "detail", detail)
-	err := s.settleRefund(ctx, rf, func(failed *payrouter.Refund, c *payrouter.Charge) {
+	err := s.settleRefund(ctx, rf, known, func(failed *payrouter.Refund, c *payrouter.Charge) {
 		failed.Status, failed.Detail = payrouter.RefundFailed, detail
 		c.RefundReleased(failed.Amount)
 	})
@@ -248,28 +268,41 @@ func (s *Service) failRefund(ctx context.Context, rf *payrouter.Refund, detail s
 	}
 }
 
-// settleRefund moves a pending or queued refund to its end, as end sets it and its charge, read
-// afresh each time the move finds either changed. A refund settled already is left as it is
-// (its end was counted then), and rf becomes it.
-func (s *Service) settleRefund(ctx context.Context, rf *payrouter.Refund, end func(*payrouter.Refund, *payrouter.Charge)) error {
-	for range changeTries {
-		stored, err := s.refunds.Refund(ctx, rf.ID)
-		if err != nil {
-			return fmt.Errorf("reading refund %s: %w", rf.ID, err)
+// settleRefund moves a pending or queued refund to its end, as end sets it and its charge. It
+// tries first from rf and known as the caller holds them (no read: the caller has just written
+// or read them), then, each time the move finds either changed, from both read afresh. A refund
+// settled already is left as it is (its end was counted then), and rf becomes it.
+func (s *Service) settleRefund(ctx context.Context, rf *payrouter.Refund, known *payrouter.Charge, end func(*payrouter.Refund, *payrouter.Charge)) error {
+	stored := *rf
+	for try := range changeTries {
+		var c payrouter.Charge
+		if try == 0 && known != nil {
+			c = *known
+		} else {
+			r, err := s.refunds.Refund(ctx, rf.ID)
+			if err != nil {
+				return fmt.Errorf("reading refund %s: %w", rf.ID, err)
+			}
+			stored = *r
+			if stored.Status == payrouter.RefundSucceeded || stored.Status == payrouter.RefundFailed {
+				*rf = stored
+				return nil
+			}
+			read, err := s.charges.Charge(ctx, stored.ChargeID)
+			if err != nil {
+				return fmt.Errorf("reading charge %s of refund %s: %w", stored.ChargeID, rf.ID, err)
+			}
+			c = *read
 		}
 		if stored.Status == payrouter.RefundSucceeded || stored.Status == payrouter.RefundFailed {
-			*rf = *stored
+			*rf = stored
 			return nil
 		}
-		c, err := s.charges.Charge(ctx, stored.ChargeID)
-		if err != nil {
-			return fmt.Errorf("reading charge %s of refund %s: %w", stored.ChargeID, rf.ID, err)
-		}
-		next := *stored
-		end(&next, c)
+		next := stored
+		end(&next, &c)
 		next.UpdatedAt = s.now().UTC()
 		c.UpdatedAt = next.UpdatedAt
-		err = s.refunds.ChangeRefund(ctx, payrouter.RefundChange{Refund: &next, From: stored.Status, Charge: c})
+		err := s.refunds.ChangeRefund(ctx, payrouter.RefundChange{Refund: &next, From: stored.Status, Charge: &c})
 		if errors.Is(err, payrouter.ErrStale) {
 			continue
 		}
@@ -277,6 +310,9 @@ func (s *Service) settleRefund(ctx context.Context, rf *payrouter.Refund, end fu
 			return fmt.Errorf("storing refund %s as %s: %w", rf.ID, next.Status, err)
 		}
 		*rf = next
+		if known != nil {
+			*known = c
+		}
 		if next.Status == payrouter.RefundSucceeded {
 			s.log.InfoContext(ctx, "refund.succeeded", "refund_id", rf.ID, "charge_id", rf.ChargeID, "gateway", rf.Gateway, "amount", rf.Amount)
 		}
