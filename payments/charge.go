@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/routing"
@@ -66,4 +67,18 @@ func (s *Service) existing(ctx context.Context, c *payrouter.Charge) (prev *payr
 // SaveCharge stores a charge its attempts changed (routing.Keeper): before each gateway call.
 func (s *Service) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	return s.charges.SaveCharge(ctx, c)
+}
+
+// NoteLateAnswer writes how a late attempt (gateway, ref) ended into its stored charge, once the
+// charge's answer is stored: a charge still stored as processing is about to be written with its
+// answer, which this must not hold up (the attempt then stays as the answer showed it, unknown,
+// and the money is right either way).
+func (s *Service) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
+	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
+		if c.Status == payrouter.StatusProcessing {
+			return false
+		}
+		at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+		return true
+	})
 }
