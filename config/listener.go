@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/payrouter/payrouter"
 )
 
 // Defaults of the listeners' connection settings.
@@ -141,6 +144,7 @@ func (v *validator) listenerTLS(p string, t *ListenerTLS) {
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		MinVersion:   minVersion,
+		CipherSuites: slices.Clone(payrouter.TLS12CipherSuites), // AEAD only under TLS 1.2
 		// HTTP/1.1 only: the listeners' framing guard and connection cap reason in HTTP/1.1
 		// connections (docs/tls.md).
 		NextProtos: []string{"http/1.1"},

@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,5 +193,33 @@ func TestListenerReload(t *testing.T) {
 	applied = Reloadable(running, plain)
 	if applied.TLS != running.TLS || applied.AdminTLS != nil {
 		t.Errorf("Reloadable turned TLS on or off: tls %v admin_tls %v", applied.TLS, applied.AdminTLS)
+	}
+}
+
+// TestListenerTLS12IsAEADOnly: under TLS 1.2 a listener accepts ECDHE with an AEAD cipher only;
+// a client offering nothing but CBC suites with SHA-1 is refused in the handshake.
+func TestListenerTLS12IsAEADOnly(t *testing.T) {
+	ca := testpki.NewCA(t, "listeners")
+	srv := ca.Server(t, "srv", "127.0.0.1")
+	st := mustParse(t, withTLS(tlsSection("tls", srv, ""))).TLS.ServerConfig()
+	handshake := func(suites []uint16) error {
+		server, client := net.Pipe()
+		defer server.Close()
+		defer client.Close()
+		done := make(chan error, 1)
+		go func() { done <- tls.Server(server, st).Handshake() }()
+		c := tls.Client(client, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12, CipherSuites: suites})
+		err := c.Handshake()
+		c.Close()
+		server.Close()
+		<-done
+		return err
+	}
+	cbc := []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA}
+	if err := handshake(cbc); err == nil {
+		t.Error("a TLS 1.2 client offering only CBC-SHA1 suites was accepted")
+	}
+	if err := handshake([]uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}); err != nil {
+		t.Errorf("a TLS 1.2 client offering ECDHE-ECDSA-AES128-GCM: %v, want it accepted", err)
 	}
 }

@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/payrouter/payrouter"
 )
 
 // NewClient is the one constructor of the *http.Client that payrouter talks to a gateway with
@@ -93,7 +96,7 @@ func (e *TLSError) Error() string {
 // DefaultTLSConfig is the TLS configuration of a gateway without a tls section: the system pool,
 // TLS 1.2 at least.
 func DefaultTLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12}
+	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: slices.Clone(payrouter.TLS12CipherSuites)}
 }
 
 // Load reads and checks c's files and returns the *tls.Config of the gateway's connections, and
