@@ -258,6 +258,11 @@ func (in *instance) readyz() (reply, error) {
 	return send(in.probeClient, "GET", in.url+"/readyz", nil)
 }
 
+// adminReadyz is GET /readyz on the admin listener, which says what does not answer.
+func (in *instance) adminReadyz() (reply, error) {
+	return send(in.probeClient, "GET", in.adminURL+"/readyz", nil)
+}
+
 // metrics scrapes GET /metrics on the admin listener.
 func (in *instance) metrics() (scrape, error) {
 	return scrapeMetrics(in.probeClient, in.adminURL+"/metrics")

@@ -107,16 +107,22 @@ func TestRedisOutageFleet(t *testing.T) {
 	}
 
 	for _, m := range fleet {
-		eventually(t, noticeBound, m.name+" answers /readyz 503 naming the coordination store", func() (bool, string) {
+		eventually(t, noticeBound, m.name+" answers /readyz 503, naming the coordination store on the admin listener only", func() (bool, string) {
 			r, err := m.in.readyz()
 			if err != nil {
 				return false, err.Error()
 			}
-			var body struct {
-				Reason string `json:"reason"`
+			a, err := m.in.adminReadyz()
+			if err != nil {
+				return false, err.Error()
 			}
-			_ = json.Unmarshal(r.body, &body)
-			return r.status == http.StatusServiceUnavailable && strings.Contains(body.Reason, "coordination store"), r.String()
+			var public, private struct {
+				Reason *string `json:"reason"`
+			}
+			_ = json.Unmarshal(r.body, &public)
+			_ = json.Unmarshal(a.body, &private)
+			return r.status == http.StatusServiceUnavailable && public.Reason == nil &&
+				a.status == http.StatusServiceUnavailable && private.Reason != nil && strings.Contains(*private.Reason, "coordination store"), r.String() + " / admin " + a.String()
 		})
 		eventually(t, noticeBound, m.name+" shows payrouter_state_store_up 0", stateStoreUp(m.in, 0))
 		eventually(t, noticeBound, m.name+" logs state_store.down", logged(m.in.proc, "state_store.down"))

@@ -70,13 +70,19 @@ func TestOpenAPI(t *testing.T) {
 		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/healthz"}), 200)
 		st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/healthz"}), 200)
 		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 200)
+		st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/readyz"}), 200)
 		st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/metrics"}), 200)
 	})
 
 	t.Run("the state store stops answering", func(t *testing.T) {
 		st.store.down.Store(true)
 		defer st.store.down.Store(false)
-		st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 503)
+		if a := st.expect(t, st.send(t, st.api, specCall{method: "GET", path: "/readyz"}), 503); a.str("reason") != "" {
+			t.Errorf("the storefront's /readyz told a stranger %q; the reason is the admin listener's", a.str("reason"))
+		}
+		if a := st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: "/readyz"}), 503); !strings.Contains(a.str("reason"), "money state store") {
+			t.Errorf("the admin listener's /readyz reason %q, want it naming the money state store", a.str("reason"))
+		}
 		st.expect(t, st.charge(t, "down-1", chargeBody(1000, "tok_visa", "")), 503)
 		st.expect(t, st.get(t, "/charge/ch_nothing"), 503)
 		for _, op := range ops {

@@ -23,6 +23,7 @@ func (s *server) storefrontRoutes(e *echo.Echo) {
 // adminRoutes lists every route of the admin listener.
 func (s *server) adminRoutes(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.adminReadyz)
 	e.GET("/metrics", echo.WrapHandler(s.Metrics.Handler()))
 	e.GET("/admin/", s.statusPage)                    // no token: static, no data (statuspage.go)
 	e.GET("/admin/statuspage.js", s.statusPageScript) // likewise

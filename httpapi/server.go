@@ -281,21 +281,33 @@ func (s *server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 when the configuration is loaded (it is, or nothing would serve) and the
-// state store answers within a second.
-func (s *server) readyz(c echo.Context) error {
+// readyz is the storefront's GET /readyz: 200 when the configuration is loaded (it is, or
+// nothing would serve) and the state stores answer within a second, else 503 with no more said:
+// what does not answer, and its error, are the admin listener's to tell (adminReadyz).
+func (s *server) readyz(c echo.Context) error { return s.ready(c, false) }
+
+// adminReadyz is the admin listener's GET /readyz: readyz with the reason, which names the store
+// and its error (a database's user and name may be in it): the admin listener is private.
+func (s *server) adminReadyz(c echo.Context) error { return s.ready(c, true) }
+
+// ready answers whether the state stores answer within a second, with what does not when
+// details is set.
+func (s *server) ready(c echo.Context, details bool) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
 	defer cancel()
+	notReady := func(reason string) error {
+		body := map[string]string{"status": "unavailable"}
+		if details {
+			body["reason"] = reason
+		}
+		return c.JSON(http.StatusServiceUnavailable, body)
+	}
 	if err := s.Store.Ping(ctx); err != nil {
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{
-			"status": "unavailable", "reason": "money state store: " + err.Error(),
-		})
+		return notReady("money state store: " + err.Error())
 	}
 	if s.Coordination != nil {
 		if err := s.Coordination.Ping(ctx); err != nil {
-			return c.JSON(http.StatusServiceUnavailable, map[string]string{
-				"status": "unavailable", "reason": "coordination store (breakers stay local meanwhile): " + err.Error(),
-			})
+			return notReady("coordination store (breakers stay local meanwhile): " + err.Error())
 		}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
