@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/payrouter/payrouter/cardnum"
@@ -201,7 +202,22 @@ func (f fields) str(name string, required bool, maxLen int) string {
 		f.fail(name, "must be at most %d characters", maxLen)
 		return ""
 	}
+	if hasControl(s) {
+		f.fail(name, controlRefusal)
+		return ""
+	}
 	return s
+}
+
+// controlRefusal is the field error of text with a control character in it.
+const controlRefusal = "must not contain control characters (NUL, line breaks, tabs, escapes)"
+
+// hasControl reports whether s holds a control character (C0, DEL or C1): text a storefront
+// sends to be stored and shown has none, a NUL is refused by PostgreSQL's text, and a line
+// break in a stored field could forge a line in someone's log or export. Refused alike by
+// both stores, since the API refuses it first.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, unicode.IsControl)
 }
 
 func (f fields) object(name string, required bool) *jsonObject {
@@ -308,10 +324,14 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 				switch {
 				case utf8.RuneCountInString(k) > maxMetadataKey || k == "":
 					f.fail("metadata", "keys must be 1 to %d characters", maxMetadataKey)
+				case hasControl(k):
+					f.fail("metadata", "keys "+controlRefusal)
 				case !isStr:
 					f.fail("metadata."+safeName(k), "must be a string")
 				case utf8.RuneCountInString(s) > maxMetadataValue:
 					f.fail("metadata."+safeName(k), "must be at most %d characters", maxMetadataValue)
+				case hasControl(s):
+					f.fail("metadata."+safeName(k), controlRefusal)
 				default:
 					in.Metadata[k] = s
 				}

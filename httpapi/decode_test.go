@@ -81,6 +81,15 @@ func TestDecodeChargeRefusals(t *testing.T) {
 		{"metadata over 4096 bytes in all", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{` + bigMetadata(9, 499) + `}}`, "metadata"},
 		{"metadata of four-byte characters over 4096 bytes", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"` + strings.Repeat("😀", 500) + `","l":"` + strings.Repeat("😀", 500) + `","m":"` + strings.Repeat("😀", 100) + `"}}`, "metadata"},
 		{"card number as a key", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"` + card + `":"x"}}`, "metadata"},
+		// Control characters, NUL first (PostgreSQL's text refuses it): in every text field,
+		// alike whichever store is behind.
+		{"NUL in the description", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"order\u000042"}`, "description"},
+		{"line break in the description", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"order 42\nINFO forged"}`, "description"},
+		{"escape in the customer id", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"customer_id":"cus\u001b[31m"}`, "customer_id"},
+		{"C1 control in the description", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"a\u0085b"}`, "description"},
+		{"NUL in a metadata value", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"v\u0000"}}`, "metadata.k"},
+		{"NUL in a metadata key", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k\u0000":"v"}}`, "metadata"},
+		{"tab in the token", `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"tok\tvisa"}}`, "payment_method.token"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
