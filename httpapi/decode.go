@@ -156,8 +156,19 @@ type fields struct {
 }
 
 func (f fields) fail(name, format string, args ...any) {
+	switch n := len(*f.errs); {
+	case n > maxFieldErrors:
+		return // the answer says more were left out
+	case n == maxFieldErrors:
+		*f.errs = append(*f.errs, fieldError{Field: "(body)", Message: fmt.Sprintf("has more problems than the %d listed; fix these first", maxFieldErrors)})
+		return
+	}
 	*f.errs = append(*f.errs, fieldError{Field: f.prefix + name, Message: fmt.Sprintf(format, args...)})
 }
+
+// maxFieldErrors bounds the field errors one answer lists: a body of thousands of unknown
+// members gets a short answer, not one as long as itself.
+const maxFieldErrors = 20
 
 // known refuses every member not in names.
 func (f fields) known(names ...string) {

@@ -116,6 +116,23 @@ func TestDecodeChargeRefusals(t *testing.T) {
 	}
 }
 
+// TestDecodeChargeCapsItsErrors: a body of thousands of unknown members gets its first problems
+// and a word that there are more, not an answer as long as itself.
+func TestDecodeChargeCapsItsErrors(t *testing.T) {
+	var members []string
+	for i := range 4000 {
+		members = append(members, fmt.Sprintf(`"u%d":1`, i))
+	}
+	body := `{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},` + strings.Join(members, ",") + `}`
+	_, errs, err := decodeCharge([]byte(body))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if len(errs) != maxFieldErrors+1 || errs[0].Field != "u0" || errs[maxFieldErrors].Field != "(body)" {
+		t.Errorf("%d field errors (first %+v, last %+v); want the first %d and one saying there are more", len(errs), errs[0], errs[len(errs)-1], maxFieldErrors)
+	}
+}
+
 // TestCurrencies: the table of ISO 4217 codes takes currencies in use and refuses the codes
 // that are no money one charges a card in.
 func TestCurrencies(t *testing.T) {
