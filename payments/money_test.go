@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,29 @@ func TestLookUpShowsTrueState(t *testing.T) {
 				t.Errorf("GET of a charge the gateway has %s shows %s (stored %s); want %s", tc.state, got.Status, f.stored(t).Status, tc.want)
 			}
 		})
+	}
+}
+
+// TestRefusedRefundSaysWhyInItsOwnWords: a refused refund's failure_reason is payrouter's words
+// and the gateway's reason code, never the gateway's own text.
+func TestRefusedRefundSaysWhyInItsOwnWords(t *testing.T) {
+	for _, tc := range []struct {
+		answer payrouter.Result
+		want   string
+	}{
+		{payrouter.Result{Outcome: payrouter.OutcomeDeclined, DeclineCode: "charge_already_refunded", Detail: "Dear customer, call 555-0100"}, "declined by the gateway: charge_already_refunded"},
+		{payrouter.Result{Outcome: payrouter.OutcomeDeclined, DeclineCode: "<script>", Detail: "x"}, "declined by the gateway: declined"},
+		{payrouter.Result{Outcome: payrouter.OutcomeError, Detail: "amount: must be > 0 (field 'amt' at line 3)"}, "refused by the gateway as malformed: gateway_error"},
+	} {
+		f := newOpsFixture(t)
+		f.charge(t, payrouter.StatusSucceeded)
+		f.gw.set(payrouter.OpRefund, tc.answer)
+		_, err := f.settler.Refund(t.Context(), "ch_test", 0, "re_refused")
+		if payrouter.Code(err) != payrouter.EGatewayError || !strings.HasSuffix(payrouter.Message(err), "("+tc.want+")") {
+			t.Errorf("refused refund: %v; want a gateway-error ending (%s)", err, tc.want)
+		}
+		if rf, _ := f.store.Refund(t.Context(), "re_refused"); rf == nil || rf.Status != payrouter.RefundFailed || rf.Detail != tc.want {
+			t.Errorf("stored refund %+v; want failed, its reason %q", rf, tc.want)
+		}
 	}
 }

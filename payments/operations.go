@@ -219,15 +219,29 @@ func (s *Service) endChange(ctx context.Context, c *payrouter.Charge, ch authori
 	return nil, errBusy(c.ID)
 }
 
-// whyRefused says why a gateway refused an operation, for problem details: never card data.
+// whyRefused says why a gateway refused an operation, in payrouter's own words and the reason
+// code, for a refund's failure_reason and a problem's detail: never the gateway's own text,
+// which may say anything (the refund.attempt and charge.operation_refused lines log it, as the
+// adapter screened it).
 func whyRefused(res payrouter.Result) string {
-	switch {
-	case res.DeclineCode != "":
-		return string(res.Outcome) + ": " + res.DeclineCode
-	case res.Detail != "":
-		return string(res.Outcome) + ": " + res.Detail
+	if res.Outcome == payrouter.OutcomeDeclined {
+		return "declined by the gateway: " + reasonCode(res.DeclineCode)
 	}
-	return string(res.Outcome)
+	return "refused by the gateway as malformed: gateway_error"
+}
+
+// reasonCode is a decline code fit to show: lower snake case, at most 64 characters, else
+// "declined".
+func reasonCode(code string) string {
+	ok := code != "" && len(code) <= 64
+	for i := 0; ok && i < len(code); i++ {
+		c := code[i]
+		ok = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_'
+	}
+	if !ok {
+		return "declined"
+	}
+	return code
 }
 
 // workRefund sends a queued refund (TaskRefund) again, with the reference it was first sent with,
