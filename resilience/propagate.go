@@ -1,18 +1,18 @@
 package resilience
 
 import (
+	"context"
 	"net/http"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // propagating is a gateway client's RoundTripper: it sends the trace context of the request's
-// context (the attempt's span, Guard.Do) with the global propagator, W3C traceparent/tracestate
-// and baggage once telemetry.SetupTracing has set it, so that a gateway that traces joins the
-// charge's trace.
+// context (the attempt's span, Guard.Do) as a W3C traceparent, so that a gateway that traces
+// joins the charge's trace. Nothing else the storefront sent goes on: its baggage is never
+// injected, and the tracestate (which rides along from the storefront's own traceparent) is left
+// out, since both are the storefront's words, unscreened, to a third party.
 type propagating struct {
 	base *http.Transport
 }
@@ -21,11 +21,11 @@ type propagating struct {
 // CloseIdleConnections.
 func propagate(t *http.Transport) http.RoundTripper { return propagating{base: t} }
 
-// RoundTrip sends req with the trace context headers added. A RoundTripper must not change its
-// request, so they go on a copy, made only when there is a trace context to send.
+// RoundTrip sends req with the traceparent header added. A RoundTripper must not change its
+// request, so it goes on a copy, made only when there is a trace context to send.
 func (p propagating) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
+	sc := trace.SpanContextFromContext(req.Context())
+	if !sc.IsValid() {
 		return p.base.RoundTrip(req)
 	}
 	out := new(http.Request)
@@ -34,7 +34,8 @@ func (p propagating) RoundTrip(req *http.Request) (*http.Response, error) {
 	if out.Header == nil {
 		out.Header = http.Header{}
 	}
-	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(out.Header))
+	only := trace.ContextWithSpanContext(context.Background(), sc.WithTraceState(trace.TraceState{}))
+	propagation.TraceContext{}.Inject(only, propagation.HeaderCarrier(out.Header))
 	return p.base.RoundTrip(out)
 }
 
