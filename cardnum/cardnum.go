@@ -78,7 +78,8 @@
 //
 // The last two have the very shape of a card number, and one in twenty-five passes every
 // check a real PAN passes: no detector can tell them apart. A storefront whose own ids are
-// long digit strings should give them a letter prefix ("ord_...").
+// long digit strings should keep each run under 13 digits, or use UUIDs or ULIDs: a letter
+// prefix ("ord_...") does not help, the digits after it are a run of their own.
 //
 // A hex id is refused when a group of 13 or more digits inside it is a card number by chance
 // ("588819848316344933c37a152daa74f6"), about one in 5,000: its letters are no proof that the
