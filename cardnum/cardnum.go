@@ -31,9 +31,12 @@
 // digits after it do not matter, so a PAN followed by its expiry and CVV in one run of digits
 // ("41111111111111111227123") is found.
 //
-// A run next to a word that mixes digits with the letters a-f only is part of a hexadecimal
-// identifier, and is not looked at: in a UUID such as 8663c8b8-e080-4333-9682-642577993312
-// the digits 4333 9682 6425 7799 are a valid Visa number by chance.
+// A UUID in its canonical form (five words of 8, 4, 4, 4 and 12 hexadecimal digits joined by
+// single hyphens, with a letter a-f among them) counts as one word with letters, whatever its
+// digits: in 8663c8b8-e080-4333-9682-642577993312 the digits 4333 9682 6425 7799 are a valid
+// Visa number by chance. Nothing else is excused: a card number beside a word of any kind,
+// hexadecimal or not ("4111111111111111-a1", "1a 378282246310005", "card 4111 1111 1111 1111
+// a1", or beside a UUID) is found.
 //
 // # Why this policy, and what it costs
 //
@@ -50,33 +53,46 @@
 //   - windows start where a group starts, never inside one: a long run of digits has one
 //     candidate start, not one per digit (with every start, one nanosecond timestamp in
 //     seventeen was refused). A PAN glued after other digits ("12" + PAN) is not found.
-//   - the hexadecimal-identifier rule above, for UUIDs and hashes.
+//   - the UUID rule above. Until issue 19 it was broader: a run next to any word that mixed
+//     digits with the letters a-f was skipped, so "4111111111111111-a1" passed. What sets a
+//     UUID apart is its shape, not its letters; a hash or hex id has no separators, and the
+//     groups of digits inside its one word are looked at on their own, as in any word.
 //
 // Measured by TestFalsePositiveRates on 100,000 random values of each kind (seeded, so the
 // numbers repeat; the second column is the same policy without the IIN ranges):
 //
 //	                                     this policy    any Luhn-valid window
-//	UUID v4                              0%             0.001%
+//	UUID v4                              0%             0%
 //	UUID v7                              0%             0%
+//	UUIDs among words (braces, URN, ...) 0%             0%
 //	ULID                                 0%             0%
 //	unix milliseconds                    0%             10%
 //	unix microseconds                    0%             35%
 //	unix nanoseconds                     0%             52%
 //	date-times with fractions            0%             61%
 //	order numbers (9 common formats)     0%             3.7%
+//	hex ids (16 to 64 hex digits)        0.021%         0.44%
+//	traceparent headers                  0.016%         0.49%
 //	Amazon-style ddd-ddddddd-ddddddd     4.7%           52%
 //	random 16-digit numbers              3.8%           34%
 //
 // The last two have the very shape of a card number, and one in twenty-five passes every
 // check a real PAN passes: no detector can tell them apart. A storefront whose own ids are
-// long digit strings should give them a letter prefix ("ord_...").
+// long digit strings should keep each run under 13 digits, or use UUIDs or ULIDs: a letter
+// prefix ("ord_...") does not help, the digits after it are a run of their own.
+//
+// A hex id is refused when a group of 13 or more digits inside it is a card number by chance
+// ("588819848316344933c37a152daa74f6"), about one in 5,000: its letters are no proof that the
+// digits are not a card number glued to a word ("4111111111111111a1"). So is a traceparent
+// whose ids hold such a group (16 digits of a parent id alone are digits too).
 //
 // # What it does not find
 //
-// A number split by letters ("4111 x 1111 ..."), preceded by other digits in one group, spread
-// over several strings, or encoded (base64, hex, words): no filter finds every encoding, and
-// this one is for the forms a person or a careless integration produces. Numbers shorter than
-// 13 digits (Maestro issues 12) and UATP numbers are not looked for.
+// A number split by letters ("4111 x 1111 ..."), preceded by other digits in one group, written
+// in the shape of a UUID with a letter in it, spread over several strings, or encoded (base64,
+// hex, words): no filter finds every encoding, and this one is for the forms a person or a
+// careless integration produces. Numbers shorter than 13 digits (Maestro issues 12) and UATP
+// numbers are not looked for.
 package cardnum
 
 import (
@@ -148,16 +164,40 @@ func (d *digitRun) addGroup(g []byte) {
 }
 
 // word is a stretch of letters and digits between separators: its groups of digits (split by
-// its letters), whether it has letters, and whether they all are hexadecimal (a-f).
+// its letters), whether it has letters, how many characters it has, whether all of them are
+// ASCII hexadecimal digits (0-9 a-f A-F), and whether the separator before it is one hyphen.
 type word struct {
-	groups  [][]byte
-	letters bool
-	hex     bool
+	groups      [][]byte
+	letters     bool
+	n           int
+	hexOnly     bool
+	afterHyphen bool
 }
 
-// hexID reports whether w is a piece of a hexadecimal identifier (a UUID, a hash): letters a-f
-// mixed with digits.
-func (w word) hexID() bool { return w.letters && w.hex && len(w.groups) > 0 }
+// uuidShape is the lengths of the words of a UUID in its canonical form (RFC 9562: 8-4-4-4-12
+// hexadecimal digits joined by hyphens).
+var uuidShape = [...]int{8, 4, 4, 4, 12}
+
+// uuidAt reports whether the words from i are a UUID in its canonical form: five words of 8, 4,
+// 4, 4 and 12 hexadecimal digits joined by single hyphens, with a letter a-f in one of them.
+//
+// The shape, not the letters, is what sets a UUID apart from a card number beside a word: in
+// "4111111111111111-a1" or "1a 378282246310005" the number stands next to a short word that
+// is hexadecimal too. A UUID of digits only (one in a million) is read as digits.
+func uuidAt(ws []word, i int) bool {
+	if i+len(uuidShape) > len(ws) {
+		return false
+	}
+	letters := false
+	for k, n := range uuidShape {
+		w := ws[i+k]
+		if w.n != n || !w.hexOnly || k > 0 && !w.afterHyphen {
+			return false
+		}
+		letters = letters || w.letters
+	}
+	return letters
+}
 
 // words splits s, normalised, into its words, invisible characters dropped.
 func words(s string) []word {
@@ -166,73 +206,91 @@ func words(s string) []word {
 	}
 	var (
 		out     []word
-		cur     = word{hex: true}
+		cur     word
 		inWord  bool
 		inGroup bool
+		seps    int  // separators since the last word
+		hyphen  bool // and they are one hyphen
 	)
-	end := func() {
-		if inWord {
-			out = append(out, cur)
+	start := func() {
+		if !inWord {
+			cur = word{hexOnly: true, afterHyphen: len(out) > 0 && seps == 1 && hyphen}
+			inWord, seps = true, 0
 		}
-		cur, inWord, inGroup = word{hex: true}, false, false
+		cur.n++
 	}
 	for _, r := range s {
 		if v, ok := digitValue(r); ok {
+			start()
 			if !inGroup {
 				cur.groups = append(cur.groups, nil)
 			}
 			cur.groups[len(cur.groups)-1] = append(cur.groups[len(cur.groups)-1], v)
-			inWord, inGroup = true, true
+			cur.hexOnly = cur.hexOnly && r <= '9'
+			inGroup = true
 			continue
 		}
 		switch {
 		case invisible(r):
 			// as if absent: the characters on either side stay together
 		case unicode.IsLetter(r):
+			start()
 			cur.letters = true
-			cur.hex = cur.hex && strings.ContainsRune("abcdefABCDEF", r)
-			inWord, inGroup = true, false
+			cur.hexOnly = cur.hexOnly && strings.ContainsRune("abcdefABCDEF", r)
+			inGroup = false
 		default:
-			end()
+			if inWord {
+				out = append(out, cur)
+				inWord, inGroup = false, false
+			}
+			seps++
+			hyphen = r == '-'
 		}
 	}
-	end()
+	if inWord {
+		out = append(out, cur)
+	}
 	return out
 }
 
 // runs splits s into its digit runs of at least MinDigits digits: consecutive words of digits
 // only, joined across the separators between them, and on their own the groups of digits of a
-// word with letters. A run next to a piece of a hexadecimal identifier is part of it, and left
-// out: in 550e8400-e29b-41d4-a716-446655440000 the digits 446655440000 are no card number.
+// word with letters. A UUID in its canonical form is a word with letters of its own, whatever
+// digits it holds: in 550e8400-e29b-41d4-a716-446655440000 the digits 41d4... and in
+// 8663c8b8-e080-4333-9682-642577993312 the digits 4333 9682 6425 7799 (a valid Visa number by
+// chance) are no card number.
 func runs(s string) []digitRun {
 	var (
-		out     []digitRun
-		cur     digitRun
-		discard bool // the run follows a piece of a hexadecimal identifier
+		out []digitRun
+		cur digitRun
 	)
 	keep := func(r digitRun) {
 		if len(r.digits) >= MinDigits {
 			out = append(out, r)
 		}
 	}
-	for _, w := range words(s) {
+	ws := words(s)
+	for i := 0; i < len(ws); i++ {
+		if uuidAt(ws, i) {
+			keep(cur)
+			cur = digitRun{}
+			i += len(uuidShape) - 1
+			continue
+		}
+		w := ws[i]
 		if !w.letters {
 			cur.addGroup(w.groups[0])
 			continue
 		}
-		if !discard && !w.hexID() {
-			keep(cur)
-		}
-		cur, discard = digitRun{}, w.hexID()
+		keep(cur)
+		cur = digitRun{}
 		for _, g := range w.groups {
 			var alone digitRun
 			alone.addGroup(g)
 			keep(alone)
 		}
 	}
-	if !discard {
-		keep(cur)
-	}
+	keep(cur)
 	return out
 }
 

@@ -81,6 +81,26 @@ var issueForms = []struct{ name, s string }{
 	{"UnionPay, 18 digits", "620000000000000005"},
 	{"UnionPay 81", "8123456789012340"},
 	{"inside JSON-ish text", `{"card":"` + visa + `"}`},
+	// Issue 19: beside a short hexadecimal word, which the rule for UUIDs used to excuse.
+	{"issue 19 description", "card 4111 1111 1111 1111 a1"},
+	{"issue 19 metadata", "5555555555554444-c0ffee1"},
+	{"issue 19 customer id", "1a 378282246310005"},
+	{"issue 19 token", "4111111111111111-a1"},
+	{"issue 19 Idempotency-Key", "4111111111111111 1a"},
+	{"issue 19 X-Request-Id", "req-" + visa + "-a1"},
+	{"issue 19 path id", "ch_" + visa + "-a1"},
+	{"beside a hex word on both sides", "deadbeef-" + groups(visa, "-") + "-c0ffee"},
+	{"beside a long hex word", "8663c8b8e0804333 " + visa},
+	{"beside a UUID", visa + "-550e8400-e29b-41d4-a716-446655440000"},
+	{"after a UUID", "550e8400-e29b-41d4-a716-446655440000-" + visa},
+	{"between UUIDs", "550e8400-e29b-41d4-a716-446655440000 " + visa + " 8663c8b8-e080-4333-9682-642577993312"},
+	{"a UUID of digits only is digits", "41111111-1111-1111-1111-000000000000"},
+	{"one word short of a UUID", "8663c8b8-e080-4333-9682-6425779933121"},
+	{"a UUID's shape, joined by spaces", "a663c8b8 e080 4111 1111 1111 111111111111"},
+	{"a UUID's shape, joined by dots", "a663c8b8.e080.4111.1111.1111.111111111111"},
+	{"Amex beside a hex word, 4-6-5", "3782 822463 10005 beef"},
+	{"Mastercard beside hex words", "cafe 5555 5555 5555 4444 face"},
+	{"beside a hex word, full-width", toScript(visa, '０') + "-ａ１"},
 }
 
 func TestContainsFindsEveryForm(t *testing.T) {
@@ -112,6 +132,15 @@ func TestContainsPassesWhatIsNotACardNumber(t *testing.T) {
 		{"date-time with milliseconds", "2024-05-06 10:30:45.123"},
 		{"date-time with microseconds", "2025-12-31 23:59:59.999999"},
 		{"UUID", "550e8400-e29b-41d4-a716-446655440000"},
+		// A valid Visa number by chance in its 4-4-4-12 words: the shape excuses it.
+		{"UUID holding a Visa number", "8663c8b8-e080-4333-9682-642577993312"},
+		{"UUID uppercase", "8663C8B8-E080-4333-9682-642577993312"},
+		{"UUID in braces", "{8663c8b8-e080-4333-9682-642577993312}"},
+		{"UUID as a URN", "urn:uuid:8663c8b8-e080-4333-9682-642577993312"},
+		{"UUID after a prefix", "order-1001-8663c8b8-e080-4333-9682-642577993312"},
+		{"two UUIDs", "8663c8b8-e080-4333-9682-642577993312/8663c8b8-e080-4333-9682-642577993312"},
+		{"MongoDB ObjectId", "507f1f77bcf86cd799439011"},
+		{"SHA-1", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
 		{"ULID", "01ARZ3NDEKTSV4RRFFQ69G5FAV"},
 		{"Amazon-style order", "112-7654321-1234567"},
 		// 4111111111111111 is there, but it starts inside the group 94111111111111 and leaves it

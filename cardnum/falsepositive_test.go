@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,6 +106,48 @@ func dateTimeFraction(r *rand.Rand) string {
 	return t.Add(time.Duration(r.IntN(1000)) * time.Microsecond).Format("2006-01-02 15:04:05.000000")
 }
 
+// hexID is a hexadecimal id without separators, as hashes and trace ids are written: 16
+// (a span id), 24 (a MongoDB ObjectId), 32 (a UUID without hyphens, a trace id), 40 (SHA-1) or
+// 64 (SHA-256) lowercase hexadecimal digits.
+func hexID(r *rand.Rand) string {
+	lengths := []int{16, 24, 32, 40, 64}
+	b := make([]byte, lengths[r.IntN(len(lengths))]/2)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return hex.EncodeToString(b)
+}
+
+// traceparent is a W3C trace context header: version, trace id, parent id and flags joined by
+// hyphens.
+func traceparent(r *rand.Rand) string {
+	var trace [16]byte
+	var parent [8]byte
+	for i := range trace {
+		trace[i] = byte(r.Uint32())
+	}
+	for i := range parent {
+		parent[i] = byte(r.Uint32())
+	}
+	return "00-" + hex.EncodeToString(trace[:]) + "-" + hex.EncodeToString(parent[:]) + "-01"
+}
+
+// uuidAmongWords is a UUID as storefronts write it in keys and metadata: uppercase or in
+// braces, after a prefix, or beside an order number.
+func uuidAmongWords(r *rand.Rand) string {
+	u := uuidV4(r)
+	switch r.IntN(4) {
+	case 0:
+		return strings.ToUpper(u)
+	case 1:
+		return "{" + u + "}"
+	case 2:
+		return "order-" + fmt.Sprint(r.IntN(1_000_000)) + "-" + u
+	default:
+		return "urn:uuid:" + u + " attempt " + fmt.Sprint(1+r.IntN(9))
+	}
+}
+
 // anyWindow is the policy without the IIN rule, for comparison: any window of 13 to 19
 // digits (under the same grouping rules) that passes Luhn.
 func anyWindow(s string) bool {
@@ -143,6 +186,9 @@ func TestFalsePositiveRates(t *testing.T) {
 		{"Amazon-style order numbers", amazonOrder, 0.06},
 		{"unix nanoseconds", func(r *rand.Rand) string { return fmt.Sprint(unixMillis(r)*1_000_000 + r.Int64N(1_000_000)) }, 0},
 		{"date-times with fractions", dateTimeFraction, 0},
+		{"hex ids (16 to 64 hex digits)", hexID, 0.0005},
+		{"traceparent", traceparent, 0.0003},
+		{"UUIDs among words", uuidAmongWords, 0.00002},
 		{"random 16-digit numbers", func(r *rand.Rand) string { return fmt.Sprintf("%016d", r.Int64N(1e16)) }, 0.05},
 	}
 	for _, k := range kinds {
