@@ -21,8 +21,9 @@ type Limits struct {
 	// default 0.5
 	KeyShare float64 `yaml:"key_share"`
 	// AuthFailuresPerMinute is how many failed authentications (a missing or wrong API key or
-	// admin token) one client address may make within a minute, on either listener; past it
-	// the address is answered 429 before its credentials are looked at. 0: off. default 20
+	// admin token) one client address may make within a minute, on either listener; past it a
+	// missing or wrong credential from the address is answered 429 instead of 401, and a right
+	// one still goes through. 0: off. default 20
 	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
 }
 

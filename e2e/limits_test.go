@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,8 +15,9 @@ import (
 // with two API keys: one key flooding a slow gateway holds only its share of its bulkhead while
 // the other key's charges get slots and succeed; the same key flooding faster than its rate is
 // answered 429 with Retry-After while the other key, at a normal pace, is never refused; and an
-// address guessing keys is answered 429 after limits.auth_failures_per_minute failures, right
-// key or not.
+// address guessing keys has its further guesses answered 429 after
+// limits.auth_failures_per_minute failures, while its right key and admin token, and another
+// address's right key, go through (issue 19).
 func TestLimitsUnderAFlood(t *testing.T) {
 	skipIfShort(t)
 	gw := gatewayConfig{Timeout: 2 * time.Second, MaxConcurrent: 4, ConsecutiveFailures: 5, Cooldown: 30 * time.Second}
@@ -130,20 +133,63 @@ func TestLimitsUnderAFlood(t *testing.T) {
 	})
 
 	t.Run("auth failures", func(t *testing.T) {
-		for i := range 10 {
-			r, err := send(pr.client, "GET", pr.url+"/charge/ch_x", nil, "Authorization", fmt.Sprintf("Bearer guess-%d", i))
-			if err != nil || r.status != 401 {
-				t.Fatalf("wrong key %d: want 401, got %v %v", i+1, r, err)
+		time.Sleep(time.Second) // both keys' buckets full again after the rate flood
+		// Every client above connects from 127.0.0.1; this one from 127.0.0.2, another address
+		// of the loopback network, so its requests count as another client's.
+		other := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
+		}}
+		t.Cleanup(other.CloseIdleConnections)
+		otherAddress := func(when string) {
+			t.Helper()
+			r, err := send(other, "GET", pr.url+"/charge/ch_x", nil, "Authorization", "Bearer "+otherAPIKey)
+			if err != nil || r.status != 404 {
+				t.Errorf("the right key from another address %s: want 404, got %v %v", when, r, err)
 			}
 		}
-		for _, tc := range []struct{ name, url, token string }{
-			{"storefront, right key", pr.url + "/charge/ch_x", apiKey},
-			{"admin, right token", pr.adminURL + "/admin/breakers", adminToken},
+		otherAddress("before the guesses")
+		// limits.auth_failures_per_minute is 10 here: 10 wrong tokens are 401, the next 15 429.
+		for i := range 25 {
+			r, err := send(pr.client, "GET", pr.url+"/charge/ch_x", nil, "Authorization", fmt.Sprintf("Bearer guess-%d", i))
+			want := 401
+			if i >= 10 {
+				want = 429
+			}
+			if err != nil || r.status != want {
+				t.Fatalf("wrong key %d: want %d, got %v %v", i+1, want, r, err)
+			}
+			if i == 9 || i == 10 || i == 24 { // not after each: the key's rate here is 20/s, burst 20
+				otherAddress(fmt.Sprintf("after %d guesses", i+1))
+			}
+		}
+		for _, tc := range []struct {
+			name, url, token string
+			want             int
+		}{
+			{"storefront, right key", pr.url + "/charge/ch_x", apiKey, 404},
+			{"admin, right token", pr.adminURL + "/admin/breakers", adminToken, 200},
 		} {
 			r, err := send(pr.client, "GET", tc.url, nil, "Authorization", "Bearer "+tc.token)
-			if err != nil || r.status != 429 || !strings.Contains(string(r.body), "/problems/rate-limited") || r.header.Get("Retry-After") != "6" {
-				t.Errorf("%s after 10 failures: want 429 rate-limited with Retry-After 6, got %v %v", tc.name, r, err)
+			if err != nil || r.status != tc.want {
+				t.Errorf("%s from the address that sent 25 wrong ones: want %d at once, got %v %v", tc.name, tc.want, r, err)
 			}
+		}
+		for _, tc := range []struct{ name, url string }{
+			{"storefront, 26th wrong key", pr.url + "/charge/ch_x"},
+			{"admin, wrong token", pr.adminURL + "/admin/breakers"},
+		} {
+			r, err := send(pr.client, "GET", tc.url, nil, "Authorization", "Bearer guess-again")
+			if err != nil || r.status != 429 || !strings.Contains(string(r.body), "/problems/rate-limited") || r.header.Get("Retry-After") != "6" {
+				t.Errorf("%s: want 429 rate-limited with Retry-After 6, got %v %v", tc.name, r, err)
+			}
+		}
+		otherAddress("after it all")
+		sc, err := pr.metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := sc.value("payrouter_rate_limited_total", "reason", "auth_failures"); v != 17 {
+			t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %v, want the 17 guesses over the limit", v)
 		}
 	})
 }

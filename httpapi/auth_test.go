@@ -323,3 +323,34 @@ func TestAuthFailedFloodIsSampled(t *testing.T) {
 		}
 	})
 }
+
+// The one check both middlewares and both kinds of address use: every configured key and
+// admin token matches itself and nothing else, whichever position it holds.
+func TestCredentialsCheck(t *testing.T) {
+	creds := NewAuthCredentials(config.Auth{
+		APIKeys:     []config.APIKey{{Key: "key-a"}, {Name: "shop", Key: "key-b"}, {Name: "shop", Key: "key-c"}},
+		AdminToken:  "admin-x",
+		AdminTokens: []config.AdminToken{{Name: "ops", Token: "admin-y"}},
+	}).load()
+	for _, tc := range []struct{ token, scope, admin string }{
+		{"key-a", digestScope(sha256.Sum256([]byte("key-a"))), ""},
+		{"key-b", "name:shop", ""},
+		{"key-c", "name:shop", ""},
+		{"admin-x", "", "admin"},
+		{"admin-y", "", "ops"},
+		{"key-", "", ""},
+		{"key-bb", "", ""},
+		{"", "", ""},
+	} {
+		scope := ""
+		if k := creds.apiKey(tc.token); k != nil {
+			scope = k.scope
+		}
+		if scope != tc.scope {
+			t.Errorf("apiKey(%q) has scope %q, want %q", tc.token, scope, tc.scope)
+		}
+		if got := creds.admin(tc.token); got != tc.admin {
+			t.Errorf("admin(%q) = %q, want %q", tc.token, got, tc.admin)
+		}
+	}
+}

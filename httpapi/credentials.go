@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"sync/atomic"
 
 	"github.com/payrouter/payrouter/config"
@@ -84,6 +85,34 @@ func (c *Credentials) SetAuth(a config.Auth) {
 }
 
 func (c *Credentials) load() *credentials { return c.cur.Load() }
+
+// apiKey returns the configured key token is, or nil. Every key's digest is compared with the
+// token's, in constant time and without stopping at a match, so the time taken depends neither
+// on which key matched, nor on whether one did, nor on how close a wrong token came: a client
+// throttled for its failures (limits.go) is checked exactly like any other.
+func (c *credentials) apiKey(token string) *apiKey {
+	sum := sha256.Sum256([]byte(token))
+	var key *apiKey
+	for i := range c.apiKeys {
+		if subtle.ConstantTimeCompare(sum[:], c.apiKeys[i].sum[:]) == 1 && key == nil {
+			key = &c.apiKeys[i]
+		}
+	}
+	return key
+}
+
+// admin returns the name of the admin token token is, or "": like apiKey, every token is
+// compared, in constant time.
+func (c *credentials) admin(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	name := ""
+	for _, a := range c.admins {
+		if subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 && name == "" {
+			name = a.name
+		}
+	}
+	return name
+}
 
 // keyScope is the scope an API key's charges, refunds and idempotency keys are kept under: its
 // name's when it has one (several keys may share it during a rotation), else its digest's.

@@ -62,8 +62,13 @@ func (s *server) keyLimited(c echo.Context, scope string, next echo.HandlerFunc)
 	return next(c)
 }
 
-// authBlocked answers 429 to a client address that failed authentication too often lately,
-// before its credentials are looked at; blocked false lets the request on.
+// authBlocked answers 429 to a request whose credentials are missing or wrong from a client
+// address that failed authentication too often lately; blocked false lets it be answered 401
+// (and counted). It is asked only once the credentials were checked and found wanting: the
+// address's failures must not lock out the right key sent from the same address (a load
+// balancer's, a shop's NAT). A wrong guess costs the same constant-time check either way, and
+// is answered 429, not counted again, until the address's bucket refills: the 401s an address
+// gets stay at auth_failures_per_minute.
 func (s *server) authBlocked(c echo.Context) (blocked bool, err error) {
 	if s.Limits == nil {
 		return false, nil
@@ -73,7 +78,7 @@ func (s *server) authBlocked(c echo.Context) (blocked bool, err error) {
 		return false, nil
 	}
 	return true, s.rateLimited(c, telemetry.LimitAuthFailures, wait,
-		"too many failed authentications from this address; credentials are not checked until Retry-After")
+		"too many failed authentications from this address: a missing or wrong credential is refused until Retry-After (a right one is let through)")
 }
 
 // countAuthFailure counts a refused authentication against the client's address.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -100,9 +101,10 @@ func TestKeyRateLimit(t *testing.T) {
 	})
 }
 
-// After N failed authentications within a minute, an address is answered 429 before its
-// credentials are checked, on the storefront and the admin listener alike; another address is
-// not.
+// After N failed authentications within a minute, an address's further guesses (a wrong or a
+// missing credential) are answered 429 with Retry-After, on the storefront and the admin
+// listener alike, while the right key and the right admin token from the same address go
+// through; another address is not throttled.
 func TestAuthFailureThrottle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st, m := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 3, KeyShare: 1})
@@ -116,8 +118,10 @@ func TestAuthFailureThrottle(t *testing.T) {
 			name string
 			r    reply
 		}{
-			{"storefront with a right key", do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer key-1")},
-			{"admin with the right token", do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer admin-token")},
+			{"storefront with a wrong key", do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key")},
+			{"storefront with no key", do(st.api, "GET", "/charge/ch_1", "")},
+			{"admin with a wrong token", do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer wrong-key")},
+			{"admin with no token", do(st.admin, "GET", "/admin/breakers", "")},
 		} {
 			if tc.r.status != 429 || problemType(t, tc.r) != "/problems/rate-limited" {
 				t.Errorf("%s after 3 failures: %d %s, want 429 rate-limited", tc.name, tc.r.status, tc.r.body)
@@ -126,17 +130,38 @@ func TestAuthFailureThrottle(t *testing.T) {
 				t.Errorf("%s: Retry-After %q, want 20 (one failure every 20 s at 3 a minute)", tc.name, got)
 			}
 		}
-		if got := limitedCount(t, m, telemetry.LimitAuthFailures); got != 2 {
-			t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %d, want 2", got)
+		for _, tc := range []struct {
+			name string
+			r    reply
+			want int
+		}{
+			{"storefront with a right key", do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer key-1"), 404},
+			{"admin with the right token", do(st.admin, "GET", "/admin/breakers", "", "Authorization", "Bearer admin-token"), 200},
+		} {
+			if tc.r.status != tc.want {
+				t.Errorf("%s after 3 failures from its address: %d %s, want %d", tc.name, tc.r.status, tc.r.body, tc.want)
+			}
 		}
-		// Another address (httptest's requests all come from 192.0.2.1) is let through.
-		req := do(st.api, "GET", "/healthz", "")
-		if req.status != 200 {
-			t.Errorf("healthz, which needs no credentials, answered %d", req.status)
+		if got := limitedCount(t, m, telemetry.LimitAuthFailures); got != 4 {
+			t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %d, want the 4 guesses", got)
+		}
+		// A right key let through gave the address nothing back: the next guess is still 429.
+		if r := do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key"); r.status != 429 {
+			t.Errorf("a guess after the right key: %d, want 429", r.status)
+		}
+		// Once the bucket holds a token again, one guess is checked and answered 401.
+		time.Sleep(20 * time.Second)
+		if r := do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key"); r.status != 401 {
+			t.Errorf("a guess after Retry-After: %d, want 401", r.status)
+		}
+		if r := do(st.api, "GET", "/charge/ch_1", "", "Authorization", "Bearer wrong-key"); r.status != 429 {
+			t.Errorf("the guess after that: %d, want 429", r.status)
 		}
 	})
 }
 
+// Failures on the admin listener throttle the address's guesses on the storefront too, and
+// never its right key.
 func TestAuthFailureThrottleAdmin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st, _ := newLimitedStack(t, config.Limits{AuthFailuresPerMinute: 2, KeyShare: 1})
@@ -145,8 +170,83 @@ func TestAuthFailureThrottleAdmin(t *testing.T) {
 				t.Fatalf("wrong admin token: %d, want 401", r.status)
 			}
 		}
-		if r := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-1", "Idempotency-Key", "k"); r.status != 429 {
-			t.Errorf("storefront after 2 admin failures from the address: %d, want 429", r.status)
+		if r := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer guess", "Idempotency-Key", "k"); r.status != 429 {
+			t.Errorf("a wrong key on the storefront after 2 admin failures from the address: %d, want 429", r.status)
+		}
+		if r := do(st.api, "POST", "/charge", visa, "Authorization", "Bearer key-1", "Idempotency-Key", "k"); r.status != 201 {
+			t.Errorf("the right key on the storefront after 2 admin failures from the address: %d %s, want 201", r.status, r.body)
+		}
+	})
+}
+
+// twoKeysConfig is a configuration that leaves every limit at its default, with two API keys
+// (newLimitedStack's key-1 and key-2).
+const twoKeysConfig = `
+auth: {api_keys: [key-1, key-2], admin_token: admin-token}
+gateways: {paywell: {kind: paywell, base_url: "http://127.0.0.1:9101", credentials: {api_key: x}}}
+routes: [{name: default, gateways: [paywell]}]
+`
+
+// Regression (issue 19): 20 wrong bearer tokens from an address locked the right API key and
+// the right admin token of that address out with 429, so behind a load balancer one client
+// locked out every storefront. With the defaults a user has (two keys listed, the rate limit
+// on), 25 wrong tokens from one address leave its right key and admin token working at once,
+// its 26th wrong token is 429, and another address's right key is never refused.
+func TestGuessesDoNotLockOutTheRightKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(twoKeysConfig), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Limits.AuthFailuresPerMinute != 20 || cfg.Limits.RequestsPerSecond == 0 {
+			t.Fatalf("the defaults changed: %+v; this test is about auth_failures_per_minute 20 with the rate limit on", cfg.Limits)
+		}
+		st, m := newLimitedStack(t, cfg.Limits)
+		st.domains.SetKeyShare(cfg.Limits.KeyShare)
+		const shared, other = "198.51.100.7:4242", "203.0.113.9:4242"
+		from := func(h http.Handler, addr, method, path, body, token string, headers ...string) reply {
+			if token != "" {
+				headers = append(headers, "Authorization", "Bearer "+token)
+			}
+			return doFrom(h, addr, method, path, body, headers...)
+		}
+		otherKey := func(when string) {
+			t.Helper()
+			if r := from(st.api, other, "GET", "/charge/ch_none", "", "key-2"); r.status != 404 {
+				t.Errorf("another address's right key %s: %d %s, want 404", when, r.status, r.body)
+			}
+		}
+		otherKey("before the guesses")
+		for i := range 25 {
+			r := from(st.api, shared, "GET", "/charge/ch_none", "", fmt.Sprintf("guess-%02d", i))
+			want := 401
+			if i >= cfg.Limits.AuthFailuresPerMinute {
+				want = 429
+			}
+			if r.status != want {
+				t.Fatalf("wrong token %d: %d %s, want %d", i+1, r.status, r.body, want)
+			}
+			otherKey(fmt.Sprintf("after %d guesses", i+1))
+		}
+		if r := from(st.api, shared, "POST", "/charge", visa, "key-1", "Idempotency-Key", "after-guesses"); r.status != 201 {
+			t.Errorf("the right key from the guessing address: %d %s, want 201", r.status, r.body)
+		}
+		if r := from(st.admin, shared, "GET", "/admin/breakers", "", "admin-token"); r.status != 200 {
+			t.Errorf("the right admin token from the guessing address: %d %s, want 200", r.status, r.body)
+		}
+		r := from(st.api, shared, "GET", "/charge/ch_none", "", "guess-26")
+		if r.status != 429 || problemType(t, r) != "/problems/rate-limited" || r.header.Get("Retry-After") != "3" {
+			t.Errorf("the 26th wrong token: %d Retry-After %q %s, want 429 rate-limited, Retry-After 3", r.status, r.header.Get("Retry-After"), r.body)
+		}
+		if r := from(st.admin, shared, "GET", "/admin/breakers", "", "guess-27"); r.status != 429 {
+			t.Errorf("a wrong admin token from the guessing address: %d, want 429", r.status)
+		}
+		otherKey("after it all")
+		if got := limitedCount(t, m, telemetry.LimitAuthFailures); got != 7 {
+			t.Errorf("payrouter_rate_limited_total{reason=auth_failures} = %d, want the 7 guesses over the limit", got)
+		}
+		if got := limitedCount(t, m, telemetry.LimitKeyRate); got != 0 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_rate} = %d, want 0", got)
 		}
 	})
 }

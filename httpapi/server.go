@@ -6,8 +6,6 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net"
@@ -200,28 +198,24 @@ func bearer(c echo.Context) (string, bool) {
 
 // requireAPIKey lets through requests with a configured API key that has right (a config.Right*),
 // and remembers which key: charges, refunds and idempotency keys are scoped per API key. A
-// missing or unknown key is authFailed (401); a known key without the right answers 403.
+// missing or unknown key is authFailed (401), or 429 from an address that failed too often
+// (authBlocked); a right key is never refused for its address's failures. A known key without
+// the right answers 403.
 func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if blocked, err := s.authBlocked(c); blocked {
-				return err
-			}
 			token, ok := bearer(c)
-			if !ok {
-				return s.authFailed(c, listenerStorefront, authMissing)
-			}
-			sum := sha256.Sum256([]byte(token))
-			// Every key is compared, the first match kept: the time taken does not depend on
-			// which key matched, or whether one did.
 			var key *apiKey
-			keys := s.Credentials.load().apiKeys
-			for i := range keys {
-				if subtle.ConstantTimeCompare(sum[:], keys[i].sum[:]) == 1 && key == nil {
-					key = &keys[i]
-				}
+			if ok {
+				key = s.Credentials.load().apiKey(token)
 			}
 			if key == nil {
+				if blocked, err := s.authBlocked(c); blocked {
+					return err
+				}
+				if !ok {
+					return s.authFailed(c, listenerStorefront, authMissing)
+				}
 				return s.authFailed(c, listenerStorefront, authWrong)
 			}
 			c.Set(scopeContextKey, scope(key.scope))
@@ -246,30 +240,28 @@ func digestScope(sum [32]byte) string {
 }
 
 // requireAdmin lets through requests with one of the admin tokens, and names the actor by the
-// token's name; with none configured nobody passes (403). The bearer token's digest is compared
-// with every token's, in constant time and without stopping at a match, so neither the tokens'
-// lengths nor which one matched shows in the time taken.
+// token's name; with none configured nobody passes (403). The token is compared with every
+// admin token in constant time (credentials.admin). A missing or wrong token is authFailed
+// (401), or 429 from an address that failed too often (authBlocked); a right token is never
+// refused for its address's failures.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if blocked, err := s.authBlocked(c); blocked {
-			return err
-		}
-		admins := s.Credentials.load().admins
-		if len(admins) == 0 {
+		creds := s.Credentials.load()
+		if len(creds.admins) == 0 {
 			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token or auth.admin_tokens"))
 		}
 		token, ok := bearer(c)
-		if !ok {
-			return s.authFailed(c, listenerAdmin, authMissing)
-		}
-		sum := sha256.Sum256([]byte(token))
 		name := ""
-		for _, a := range admins {
-			if subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 && name == "" {
-				name = a.name
-			}
+		if ok {
+			name = creds.admin(token)
 		}
 		if name == "" {
+			if blocked, err := s.authBlocked(c); blocked {
+				return err
+			}
+			if !ok {
+				return s.authFailed(c, listenerAdmin, authMissing)
+			}
 			return s.authFailed(c, listenerAdmin, authWrong)
 		}
 		c.Set("actor", "admin:"+name)

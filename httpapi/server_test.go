@@ -138,8 +138,15 @@ type reply struct {
 	body   string
 }
 
+// do sends a request from httptest's client address, 192.0.2.1.
 func do(h http.Handler, method, path, body string, headers ...string) reply {
+	return doFrom(h, "192.0.2.1:1234", method, path, body, headers...)
+}
+
+// doFrom is do with the request coming from the client address addr (host:port).
+func doFrom(h http.Handler, addr, method, path, body string, headers ...string) reply {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.RemoteAddr = addr
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}

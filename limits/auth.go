@@ -17,9 +17,13 @@ const DefaultAuthAddresses = 10_000
 // AuthThrottle counts failed authentications per client address and refuses an address that
 // failed more than PerMinute times within a minute (a token bucket of PerMinute tokens refilled
 // at PerMinute a minute: a burst of PerMinute failures, then one failure every 60/PerMinute s).
-// It is asked before the credentials are checked, so a client guessing keys is slowed to that
-// rate whatever it sends. IPv6 addresses count by their /64: one host usually holds a whole /64,
-// and counting each address would let it cycle through them.
+// The caller asks Blocked once a request's credentials were checked and found missing or wrong,
+// never for a right one: an address's failures must not lock out the right key sent from the
+// same address (a load balancer's). So it bounds how often an address is told 401, not how many
+// tokens it may try (a refusal says "wrong" as plainly); the keys' length bounds that. A
+// failure while blocked counts nothing: Failed takes no token from an empty bucket, so the wait
+// never grows past one token's. IPv6 addresses count by their /64: one host usually holds a
+// whole /64, and counting each address would let it cycle through them.
 //
 // The table is bounded: beyond its size, the address seen least recently is forgotten. An
 // attacker cycling through more addresses than the table holds evicts its own entries and is

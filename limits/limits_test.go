@@ -148,3 +148,31 @@ func TestAuthThrottleOff(t *testing.T) {
 		t.Error("not blocked after turning the throttle on with 2 a minute")
 	}
 }
+
+// A blocked address's further failures, however many, do not lengthen its wait: the bucket
+// refills on time, so the address is told 401 again after one token's wait (httpapi lets the
+// right key through meanwhile; it asks Blocked only about missing or wrong ones).
+func TestAuthThrottleFailuresWhileBlockedCountNothing(t *testing.T) {
+	th := NewAuthThrottle(20, 0)
+	for range 20 {
+		th.Failed("192.0.2.7", t0)
+	}
+	for range 1000 {
+		if _, blocked := th.Blocked("192.0.2.7", t0); !blocked {
+			t.Fatal("not blocked after 20 failures")
+		}
+		th.Failed("192.0.2.7", t0)
+	}
+	wait, blocked := th.Blocked("192.0.2.7", t0)
+	if !blocked || wait != 3*time.Second {
+		t.Fatalf("after 1000 more failures: wait %v blocked %v, want 3s true", wait, blocked)
+	}
+	later := t0.Add(3 * time.Second)
+	if _, blocked := th.Blocked("192.0.2.7", later); blocked {
+		t.Fatal("still blocked after one token's wait")
+	}
+	th.Failed("192.0.2.7", later)
+	if wait, blocked := th.Blocked("192.0.2.7", later); !blocked || wait != 3*time.Second {
+		t.Errorf("after the one failure the refill allowed: wait %v blocked %v, want 3s true", wait, blocked)
+	}
+}
