@@ -55,7 +55,7 @@ func (s *server) authFailed(c echo.Context, listener, reason string) error {
 		attrs := []slog.Attr{
 			slog.String("client_address", clientAddress(c)),
 			slog.String("listener", listener),
-			slog.String("route", routeOf(c)),
+			slog.String("route", s.routeOf(c)),
 			slog.String("reason", reason),
 			slog.Any("request_id", c.Get("request_id")),
 		}

@@ -52,7 +52,8 @@ type Deps struct {
 
 type server struct {
 	Deps
-	authLog *authFailureLog // samples this listener's auth.failed lines
+	authLog *authFailureLog        // samples this listener's auth.failed lines
+	routes  func() map[string]bool // the routes the listener serves (routeOf)
 }
 
 func newEcho(d Deps) (*echo.Echo, *server) {
@@ -64,6 +65,7 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 		s.Credentials = NewCredentials(nil, "")
 	}
 	e := echo.New()
+	s.routes = routeSet(e)
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.httpErrorHandler
 	// trace before observe: the request's log line and duration carry its span's trace id.
@@ -134,8 +136,8 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		d := time.Since(start)
 		status := c.Response().Status
-		route := routeOf(c)
-		if s.Metrics != nil && !strings.HasPrefix(c.Path(), "/metrics") {
+		route := s.routeOf(c)
+		if s.Metrics != nil && !s.isScrape(c) {
 			s.Metrics.HTTPRequest(c.Request().Context(), route, status, d)
 		}
 		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.request",

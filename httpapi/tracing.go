@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel"
@@ -23,28 +24,69 @@ const (
 	attrChargeID  = attribute.Key("payrouter.charge_id")
 )
 
+// unmatchedRoute is the route of every request payrouter does not route: a path no route has,
+// a method its path does not answer (echo's 405, and the OPTIONS echo answers by itself), a
+// path only a group's catch-all takes (/admin/nope). It is one value whatever the method and
+// path: both are the caller's to make up, and each name would be a new series of
+// payrouter_http_request_duration_seconds, and a new span name, for as long as the process lives.
+const unmatchedRoute = "(unmatched)"
+
 // routeOf names a request by its method and route pattern ("POST /charge/:id"), never by its
-// path: ids would make every name new. Unmatched requests are "<METHOD> (unmatched)".
-func routeOf(c echo.Context) string {
-	if c.Path() == "" {
-		return c.Request().Method + " (unmatched)"
+// path: ids would make every name new. A request no route of its listener answers is
+// unmatchedRoute. It names the request's span, its request-duration series and its log lines.
+func (s *server) routeOf(c echo.Context) string {
+	route := c.Request().Method + " " + c.Path()
+	if c.Path() == "" || !s.routes()[route] {
+		return unmatchedRoute
 	}
-	return c.Request().Method + " " + c.Path()
+	return route
 }
 
-// trace makes each request a server span "<METHOD> <route>", the child of the caller's span
+// routeSet returns the set of "<METHOD> <pattern>" e serves, read the first time it is called:
+// by the first request, once every route is registered. A group's catch-all is not a route.
+func routeSet(e *echo.Echo) func() map[string]bool {
+	return sync.OnceValue(func() map[string]bool {
+		routes := map[string]bool{}
+		for _, r := range e.Routes() {
+			if r.Method != echo.RouteNotFound {
+				routes[r.Method+" "+r.Path] = true
+			}
+		}
+		return routes
+	})
+}
+
+// isScrape tells a scrape of /metrics, which is neither traced nor counted.
+func (s *server) isScrape(c echo.Context) bool {
+	return c.Path() == "/metrics" && s.routeOf(c) == http.MethodGet+" /metrics"
+}
+
+// methodOf is the request's method as the span's http.request.method records it: one of the
+// methods HTTP defines, or "_OTHER" (as the semantic conventions ask) for any other, which the
+// caller may have made up at any length.
+func methodOf(req *http.Request) string {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return req.Method
+	}
+	return "_OTHER"
+}
+
+// trace makes each request a server span "<METHOD> <route>" (routeOf), the child of the caller's span
 // when the request carries a W3C traceparent (the global propagator reads it), and puts the span
 // in the request's context: the request log line (observe) and every gateway attempt's span
 // (resilience.Guard.Do) find it there. It records the method, route, status code, request id
 // and charge id, never a header or a body. Scrapes of /metrics are not traced.
 func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if strings.HasPrefix(c.Path(), "/metrics") {
+		if s.isScrape(c) {
 			return next(c)
 		}
 		req := c.Request()
+		route := s.routeOf(c)
 		ctx := otel.GetTextMapPropagator().Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, routeOf(c), trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, route, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		c.SetRequest(req.WithContext(ctx))
 
@@ -52,8 +94,8 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 
 		if span.IsRecording() {
 			status := c.Response().Status
-			span.SetAttributes(attrMethod.String(req.Method), attrStatus.Int(status))
-			if c.Path() != "" {
+			span.SetAttributes(attrMethod.String(methodOf(req)), attrStatus.Int(status))
+			if route != unmatchedRoute {
 				span.SetAttributes(attrRoute.String(c.Path()))
 			}
 			if id, _ := c.Get("request_id").(string); id != "" {

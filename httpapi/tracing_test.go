@@ -255,8 +255,8 @@ func TestRequestSpanOf503IsAnError(t *testing.T) {
 
 	// An unmatched route is named for what it is, not for its path.
 	do(ts.api, "GET", "/nope/123", "")
-	if got := ts.spansNamed("GET (unmatched)"); len(got) != 1 {
-		t.Errorf("%d spans GET (unmatched), want 1", len(got))
+	if got := ts.spansNamed(unmatchedRoute); len(got) != 1 {
+		t.Errorf("%d spans %s, want 1", len(got), unmatchedRoute)
 	}
 	// Scrapes are not traced.
 	do(ts.admin, "GET", "/metrics", "")
