@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +60,7 @@ func (c *Config) Check() Report {
 		r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
 	}
 	c.listenerWarnings(warn)
+	c.fileWarnings(warn)
 	inRoute := map[string]bool{}
 	for _, rt := range c.Routes {
 		for _, name := range rt.Members() {
@@ -265,4 +269,44 @@ func listAnd(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// fileWarnings warns of secrets that other users of the machine may read: the configuration
+// file, when secrets are written in it rather than taken from the environment, and every
+// private key file, when its mode lets others read it.
+func (c *Config) fileWarnings(warn warnFunc) {
+	readable := func(path string) (os.FileMode, bool) {
+		st, err := os.Stat(path)
+		if err != nil {
+			return 0, false
+		}
+		return st.Mode().Perm(), st.Mode().Perm()&0o004 != 0
+	}
+	if c.file != "" && len(c.literalSecrets) > 0 {
+		if mode, ok := readable(c.file); ok {
+			names := c.literalSecrets
+			if len(names) > 3 {
+				names = append(slices.Clone(names[:3]), fmt.Sprintf("%d more", len(c.literalSecrets)-3))
+			}
+			warn("%s: readable by every user of this machine (mode %04o) and holds secrets written in it (%s): chmod 600 it, or take them from the environment with ${VAR} (docs/keys-and-secrets.md)",
+				c.file, mode, strings.Join(names, ", "))
+		}
+	}
+	keys := map[string]string{}
+	if c.TLS != nil {
+		keys["tls.key_file"] = c.TLS.KeyFile
+	}
+	if c.AdminTLS != nil {
+		keys["admin_tls.key_file"] = c.AdminTLS.KeyFile
+	}
+	for _, name := range c.GatewayNames {
+		keys[join(join("gateways", name), "tls.key_file")] = c.Gateways[name].TLS.KeyFile
+	}
+	for _, field := range slices.Sorted(maps.Keys(keys)) {
+		if path := keys[field]; path != "" {
+			if mode, ok := readable(path); ok {
+				warn("%s: the private key %s is readable by every user of this machine (mode %04o): chmod 600 it", field, path, mode)
+			}
+		}
+	}
 }

@@ -25,6 +25,10 @@ type Config struct {
 	Gateways       map[string]Gateway `yaml:"gateways"` // keyed by name; the name labels metrics and admin paths
 	// GatewayNames lists the keys of Gateways in the order the file gives them.
 	GatewayNames []string `yaml:"-"`
+	// file is the path Load read, and literalSecrets the paths of the secrets written in it
+	// rather than taken from ${...}: Check warns when others may read them.
+	file           string
+	literalSecrets []string
 	// Routes are package routing's own (routing.Route); the first matching route wins.
 	Routes    []routing.Route `yaml:"routes"`
 	Fallbacks Fallbacks       `yaml:"fallbacks"`

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -30,6 +31,8 @@ type decoder struct {
 	// for validation. Such values are never quoted in a message.
 	env     map[*yaml.Node]*expansion
 	fromEnv map[string]*expansion
+	// literal lists the paths of secrets written in the file itself (not from ${...}).
+	literal []string
 }
 
 // decodeBudget bounds the work one document may cause. A real configuration visits a few
@@ -92,6 +95,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) bool {
 	n = follow(n)
 	if e := d.env[n]; e != nil {
 		d.fromEnv[path] = e
+	} else if n != nil && n.Kind == yaml.ScalarNode && n.Value != "" && (secretPath(path) || urlWithPassword(path, n.Value)) {
+		d.literal = append(d.literal, path)
 	}
 	if n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null") {
 		return false
@@ -432,6 +437,19 @@ func (d *decoder) show(n *yaml.Node, path string) string {
 		return "the value of " + e.from() + " (not shown)"
 	}
 	return strconv.Quote(clip([]byte(n.Value)))
+}
+
+// urlWithPassword reports whether the value at path is a state store's URL with a password in it.
+func urlWithPassword(path, value string) bool {
+	if path != "state.database_url" && path != "state.redis_url" {
+		return false
+	}
+	u, err := url.Parse(value)
+	if err != nil || u.User == nil {
+		return strings.Contains(value, "password=")
+	}
+	_, has := u.User.Password()
+	return has
 }
 
 // secretPath reports whether values at path may be secrets.

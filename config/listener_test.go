@@ -223,3 +223,63 @@ func TestListenerTLS12IsAEADOnly(t *testing.T) {
 		t.Errorf("a TLS 1.2 client offering ECDHE-ECDSA-AES128-GCM: %v, want it accepted", err)
 	}
 }
+
+// TestCheckWarnsOfSecretsOthersMayRead: check warns when the configuration file holds secrets
+// written in it and others may read it, and when a private key file is readable by others; a
+// file whose secrets all come from the environment, or that only its owner reads, says nothing.
+func TestCheckWarnsOfSecretsOthersMayRead(t *testing.T) {
+	ca := testpki.NewCA(t, "listeners")
+	srv := ca.Server(t, "srv", "127.0.0.1")
+	dir := t.TempDir()
+	write := func(name, text string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return path
+	}
+	warningsOf := func(path string, env map[string]string) string {
+		c, err := Load(path, func(k string) string { return env[k] }, testKinds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(c.Check().Warnings, "\n")
+	}
+	literal := write("literal.yaml", withTLS(tlsSection("tls", srv, "")), 0o644)
+	if err := os.Chmod(srv.KeyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := warningsOf(literal, nil); !strings.Contains(w, literal+": readable by every user") || !strings.Contains(w, "auth.") {
+		t.Errorf("a 0644 file with secrets written in it: warnings\n%s\nwant one naming the file and the secrets' fields", w)
+	}
+	if err := os.Chmod(literal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := warningsOf(literal, nil); strings.Contains(w, "readable by every user") {
+		t.Errorf("a 0600 file: warnings\n%s\nwant none of readers", w)
+	}
+	if err := os.Chmod(srv.KeyFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if w := warningsOf(literal, nil); !strings.Contains(w, "tls.key_file: the private key "+srv.KeyFile+" is readable by every user") {
+		t.Errorf("a 0644 private key: warnings\n%s\nwant one naming tls.key_file", w)
+	}
+	if err := os.Chmod(srv.KeyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromEnv := baseYAML
+	for from, to := range map[string]string{"sk_test_key_0123456789abcdef": `"${API_KEY}"`, "adm_test_token_0123456789abc": `"${ADMIN_TOKEN}"`, "pw_secret_1": `"${PAYWELL_KEY}"`, "dg_secret_2": `"${DING_KEY}"`} {
+		if !strings.Contains(fromEnv, from) {
+			t.Fatalf("the base configuration no longer has %s: update this test", from)
+		}
+		fromEnv = strings.ReplaceAll(fromEnv, from, to)
+	}
+	open := write("env.yaml", fromEnv, 0o644)
+	env := map[string]string{"API_KEY": "sk_test_key_0123456789abcdef", "ADMIN_TOKEN": "adm_test_token_0123456789abc", "PAYWELL_KEY": "pw_secret_1", "DING_KEY": "dg_secret_2"}
+	if w := warningsOf(open, env); strings.Contains(w, "readable by every user") {
+		t.Errorf("a 0644 file whose secrets come from the environment: warnings\n%s\nwant none of readers", w)
+	}
+}

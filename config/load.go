@@ -58,7 +58,12 @@ func Load(path string, getenv func(string) string, kinds []string) (*Config, err
 	if err != nil {
 		return nil, fmt.Errorf("read configuration: %w", err)
 	}
-	return Parse(data, getenv, kinds)
+	c, err := Parse(data, getenv, kinds)
+	if err != nil {
+		return nil, err
+	}
+	c.file = path
+	return c, nil
 }
 
 // Parse reads a configuration: it parses the YAML, expands ${NAME} and ${NAME:-default} from
@@ -80,6 +85,7 @@ func Parse(data []byte, getenv func(string) string, kinds []string) (*Config, er
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
+	c.literalSecrets = d.literal
 	return c, nil
 }
 
