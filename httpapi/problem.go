@@ -159,7 +159,7 @@ func (s *server) errorProblem(c echo.Context, event string, err error) problem {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(StateRetryAfterSeconds))
 		if errors.Is(err, payrouter.ErrStateFull) {
 			return newProblem(payrouter.EStateUnavailable,
-				"payrouter's in-memory store holds state.max_charges charges that are all still moving money (or as many unexpired Idempotency-Keys); nothing was sent to a gateway; send the same request again after Retry-After")
+				"payrouter's in-memory store holds state.max_charges charges that all hold money or may come to (or as many unexpired Idempotency-Keys); nothing was sent to a gateway; send the same request again after Retry-After")
 		}
 		return newProblem(payrouter.EStateUnavailable,
 			"the database holding payment state does not answer; nothing was sent to a gateway; send the same request again after Retry-After")

@@ -11,8 +11,9 @@ import (
 // ErrFull is wrapped (with payrouter.ErrStateUnavailable, so the caller answers 503
 // state-unavailable with Retry-After) by a save of a new charge, or a claim of a new
 // idempotency key, when the store holds its maximum and nothing in it may be dropped: every
-// charge held is still moving money, or every key is within its TTL. Nothing is ever dropped to
-// make room but a final charge, and an answer promised for a key is kept for its whole TTL.
+// charge held holds money or may come to (WithBounds), or every key is within its TTL. Nothing
+// is ever dropped to make room but a final charge holding no money, and an answer promised for
+// a key is kept for its whole TTL.
 var ErrFull = payrouter.ErrStateFull
 
 // KeysPerCharge is how many idempotency keys the store holds at most for each charge it may
@@ -23,15 +24,21 @@ const KeysPerCharge = 10
 // WithBounds bounds the store's memory (docs/limits.md). A charge whose status is final and
 // settled (succeeded, declined, failed, voided, refunded, partially_refunded, with no refund
 // queued or pending and no task queued for it) is dropped, with its refunds, once it was last
-// written longer than retention ago; and when the store holds maxCharges charges, the settled
-// charges written longest ago are dropped to make room for a new one. A charge still moving
-// money (processing, requires_capture, or with a refund or task pending) is never dropped: when
-// they alone fill the store, a new charge is refused with ErrFull. Idempotency keys are bounded
-// too, at KeysPerCharge × maxCharges: they are forgotten only once expired, and a new key is
-// refused with ErrFull while the store holds that many unexpired ones.
+// written longer than retention ago. When the store holds maxCharges charges, the settled
+// charges that hold no money (declined, failed, voided, or refunded in full), written longest
+// ago, are dropped to make room for a new one. A charge that holds money or may come to is never
+// dropped to make room: not one still moving money (processing, requires_capture, or with a
+// refund or task pending), which is never dropped at all, nor a captured one with anything left
+// to refund (payrouter.Charge.RefundLeft), which goes only after retention; a store full of them
+// refuses a new charge with ErrFull. Otherwise one key's declines could drop another key's
+// captured charge, and its refund would find nothing while the gateway holds the money.
+// Idempotency keys are bounded too, at KeysPerCharge × maxCharges: they are forgotten only once
+// expired, and a new key is refused with ErrFull while the store holds that many unexpired ones.
 //
 // retention 0: no expiry; maxCharges 0: no count bound (and none on keys). Each write costs
-// amortised O(1): the settled charges are kept in the order they were last written.
+// amortised O(1): the settled charges are kept in two lists in the order they were last
+// written, one of those holding no money (dropped for room or retention) and one of those
+// holding money (dropped for retention only).
 func WithBounds(retention time.Duration, maxCharges int) Option {
 	return func(s *Store) {
 		s.retention = max(retention, 0)
@@ -40,10 +47,12 @@ func WithBounds(retention time.Duration, maxCharges int) Option {
 	}
 }
 
-// settledEntry is one charge in the order settled charges were last written.
+// settledEntry is one charge in the order settled charges were last written; held says which
+// of the two orders it is in (heldOrder when true, freeOrder when false).
 type settledEntry struct {
-	id string
-	at time.Time
+	id   string
+	at   time.Time
+	held bool
 }
 
 func (s *Store) bounded() bool { return s.retention > 0 || s.maxCharges > 0 }
@@ -54,33 +63,36 @@ func settled(st payrouter.ChargeStatus) bool {
 	return st.Final() && st != payrouter.StatusRequiresCapture
 }
 
+// holdsMoney reports whether settled charge c still holds captured money that may be refunded:
+// such a charge is dropped after retention only, never to make room.
+func holdsMoney(c *payrouter.Charge) bool {
+	return c.Status.Refundable() && c.RefundLeft() > 0
+}
+
 // errFull is ErrFull for what could not be added.
 func errFull(what string) error {
 	return fmt.Errorf("%w: %s: %w", ErrFull, what, payrouter.ErrStateUnavailable)
 }
 
 // makeRoom drops the settled charges past retention and, when adding a charge to a store at
-// maxCharges, the settled charges written longest ago until there is room; it reports false
-// when there is none. chargeMu and queueMu must be held.
+// maxCharges, the settled charges holding no money written longest ago until there is room; it
+// reports false when there is none. chargeMu and queueMu must be held.
 func (s *Store) makeRoom(now time.Time, adding bool) bool {
 	for _, id := range s.unpinned {
 		if c := s.charges[id]; c != nil && settled(c.Status) && s.order[id] == nil && s.pins[id] == 0 {
-			s.order[id] = s.settledOrder.PushBack(&settledEntry{id: id, at: now})
+			s.push(c, now)
 		}
 	}
 	s.unpinned = s.unpinned[:0]
-	for s.retention > 0 {
-		front := s.settledOrder.Front()
-		if front == nil || now.Sub(front.Value.(*settledEntry).at) < s.retention {
-			break
-		}
-		s.dropOrPark(front)
+	if s.retention > 0 {
+		s.expire(s.freeOrder, now)
+		s.expire(s.heldOrder, now)
 	}
 	if !adding || s.maxCharges == 0 {
 		return true
 	}
 	for len(s.charges) >= s.maxCharges {
-		front := s.settledOrder.Front()
+		front := s.freeOrder.Front()
 		if front == nil {
 			return false
 		}
@@ -89,13 +101,42 @@ func (s *Store) makeRoom(now time.Time, adding bool) bool {
 	return true
 }
 
-// dropOrPark takes a charge out of the settled order and drops it with its refunds, unless a
-// refund or task pins it: then it only leaves the order, and comes back at the end of it when
-// its last pin goes (unpin). Each charge leaves the order once per write or unpin, so dropping
+// expire drops (or parks) the charges of order last written longer than retention ago.
+func (s *Store) expire(order *list.List, now time.Time) {
+	for {
+		front := order.Front()
+		if front == nil || now.Sub(front.Value.(*settledEntry).at) < s.retention {
+			return
+		}
+		s.dropOrPark(front)
+	}
+}
+
+// orderOf is the list that e is in.
+func (s *Store) orderOf(e *list.Element) *list.List {
+	if e.Value.(*settledEntry).held {
+		return s.heldOrder
+	}
+	return s.freeOrder
+}
+
+// push puts settled charge c at the end of its order, as written at now; it is in neither.
+func (s *Store) push(c *payrouter.Charge, now time.Time) {
+	held := holdsMoney(c)
+	order := s.freeOrder
+	if held {
+		order = s.heldOrder
+	}
+	s.order[c.ID] = order.PushBack(&settledEntry{id: c.ID, at: now, held: held})
+}
+
+// dropOrPark takes a charge out of its settled order and drops it with its refunds, unless a
+// refund or task pins it: then it only leaves the order, and comes back at the end of one when
+// its last pin goes (unpin). Each charge leaves an order once per write or unpin, so dropping
 // is amortised O(1) however many pinned charges there are.
 func (s *Store) dropOrPark(e *list.Element) {
 	id := e.Value.(*settledEntry).id
-	s.settledOrder.Remove(e)
+	s.orderOf(e).Remove(e)
 	delete(s.order, id)
 	if s.pins[id] > 0 {
 		return
@@ -112,19 +153,22 @@ func (s *Store) dropOrPark(e *list.Element) {
 	s.evicted.Add(1)
 }
 
-// ordered puts charge id, just written in status st at now, at the end of the settled order, or
-// takes it out when it is not settled. chargeMu must be held.
-func (s *Store) ordered(id string, st payrouter.ChargeStatus, now time.Time) {
-	e := s.order[id]
+// ordered puts charge c, just written at now, at the end of the settled order its status and
+// its money say (holdsMoney), or takes it out of both when it is not settled. chargeMu must be
+// held.
+func (s *Store) ordered(c *payrouter.Charge, now time.Time) {
+	e := s.order[c.ID]
 	switch {
-	case settled(st) && e != nil:
+	case e != nil && settled(c.Status) && e.Value.(*settledEntry).held == holdsMoney(c):
 		e.Value.(*settledEntry).at = now
-		s.settledOrder.MoveToBack(e)
-	case settled(st):
-		s.order[id] = s.settledOrder.PushBack(&settledEntry{id: id, at: now})
+		s.orderOf(e).MoveToBack(e)
+		return
 	case e != nil:
-		s.settledOrder.Remove(e)
-		delete(s.order, id)
+		s.orderOf(e).Remove(e)
+		delete(s.order, c.ID)
+	}
+	if settled(c.Status) {
+		s.push(c, now)
 	}
 }
 

@@ -84,9 +84,11 @@ func TestBoundsPins(t *testing.T) {
 	ctx := t.Context()
 	save(t, s, charge("ch_refunding", payrouter.StatusSucceeded))
 	rf := &payrouter.Refund{ID: "re_1", ChargeID: "ch_refunding", Amount: 100, Status: payrouter.RefundQueued}
-	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf}); err != nil {
-		t.Fatal(err)
-	}
+	changeRefund(t, s, rf, "", func(c *payrouter.Charge) {
+		if _, err := c.ReserveRefund(rf.Amount); err != nil {
+			t.Fatal(err)
+		}
+	})
 	save(t, s, charge("ch_voiding", payrouter.StatusFailed))
 	taskID, err := s.Enqueue(ctx, payrouter.Task{Kind: payrouter.TaskVoid, Gateway: "paywell", ChargeID: "ch_voiding", Reference: "ref"})
 	if err != nil {
@@ -107,12 +109,10 @@ func TestBoundsPins(t *testing.T) {
 		t.Fatalf("with the refund pending: %v, want ErrFull", err)
 	}
 	rf.Status = payrouter.RefundSucceeded
-	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf, From: payrouter.RefundPending}); err != nil {
-		t.Fatal(err)
-	}
+	changeRefund(t, s, rf, payrouter.RefundPending, func(c *payrouter.Charge) { c.RefundApplied(rf.Amount) })
 	save(t, s, charge("ch_3", payrouter.StatusDeclined))
 	if present(t, s, "ch_refunding") {
-		t.Error("the charge whose refund succeeded was kept")
+		t.Error("the charge refunded in full was kept")
 	}
 	if _, err := s.Refund(ctx, "re_1"); !errors.Is(err, payrouter.ErrNotFound) {
 		t.Errorf("the dropped charge's refund: %v, want not found (dropped with it)", err)
@@ -131,6 +131,19 @@ func TestBoundsPins(t *testing.T) {
 	save(t, s, charge("ch_5", payrouter.StatusDeclined))
 	if present(t, s, "ch_voiding") {
 		t.Error("the charge whose task was acknowledged was kept")
+	}
+}
+
+// changeRefund writes rf, moved from from, with its charge changed by change.
+func changeRefund(t *testing.T, s *memstore.Store, rf *payrouter.Refund, from payrouter.RefundStatus, change func(*payrouter.Charge)) {
+	t.Helper()
+	c, err := s.Charge(t.Context(), rf.ChargeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(c)
+	if err := s.ChangeRefund(t.Context(), payrouter.RefundChange{Refund: rf, From: from, Charge: c}); err != nil {
+		t.Fatalf("ChangeRefund(%s to %s): %v", rf.ID, rf.Status, err)
 	}
 }
 
@@ -183,17 +196,27 @@ func TestBoundsIdempotencyKeys(t *testing.T) {
 	}
 }
 
-// Making room costs amortised O(1): a store full of pinned charges does not rescan them on
-// every write.
+// Making room costs amortised O(1): a store full of pinned charges, or of charges holding
+// money, does not rescan them on every write.
 func TestBoundsManyPinnedCharges(t *testing.T) {
 	const n = 20_000
 	s := newStore(t, memstore.WithBounds(0, n+1))
 	ctx := t.Context()
 	for i := range n {
 		id := fmt.Sprintf("ch_%d", i)
-		save(t, s, charge(id, payrouter.StatusSucceeded))
-		if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: &payrouter.Refund{ID: "re_" + id, ChargeID: id, Status: payrouter.RefundQueued}}); err != nil {
-			t.Fatal(err)
+		switch i % 3 {
+		case 0: // holds no money, pinned by a queued void: parked by the first write that needs room
+			save(t, s, charge(id, payrouter.StatusFailed))
+			if _, err := s.Enqueue(ctx, payrouter.Task{Kind: payrouter.TaskVoid, Gateway: "paywell", ChargeID: id, Reference: "ref"}); err != nil {
+				t.Fatal(err)
+			}
+		case 1: // holds money, pinned by a queued refund
+			save(t, s, charge(id, payrouter.StatusSucceeded))
+			if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: &payrouter.Refund{ID: "re_" + id, ChargeID: id, Status: payrouter.RefundQueued}}); err != nil {
+				t.Fatal(err)
+			}
+		default: // holds money, not pinned: never in the order that making room walks
+			save(t, s, charge(id, payrouter.StatusSucceeded))
 		}
 	}
 	start := time.Now()
@@ -207,5 +230,119 @@ func TestBoundsManyPinnedCharges(t *testing.T) {
 	}
 	if s.ChargesLen() != n+1 {
 		t.Errorf("holds %d, want %d", s.ChargesLen(), n+1)
+	}
+}
+
+// Issue 19: with max_charges 50, 55 declined 1-cent charges of key A dropped key B's captured
+// charge of 5000; its GET and refund then answered 404 while the gateway held the money. A
+// charge with anything left to refund is never dropped to make room.
+func TestBoundsDeclinesOfOneKeyKeepAnothersCapturedCharge(t *testing.T) {
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, 50))
+	captured := &payrouter.Charge{ID: "ch_b", Owner: "key_b", Status: payrouter.StatusSucceeded, Amount: 5000, Currency: "USD", Gateway: "paywell", Capture: true}
+	save(t, s, captured)
+	for i := range 55 {
+		clock.Advance(time.Second)
+		c := &payrouter.Charge{ID: fmt.Sprintf("ch_a_%d", i), Owner: "key_a", Status: payrouter.StatusDeclined, Amount: 1, Currency: "USD", Gateway: "paywell"}
+		save(t, s, c)
+	}
+	if !present(t, s, "ch_b") {
+		t.Fatal("key A's declines dropped key B's captured charge")
+	}
+	if s.ChargesLen() != 50 || s.Evicted() != 6 {
+		t.Errorf("holds %d charges, evicted %d; want 50 and 6 (the oldest declines)", s.ChargesLen(), s.Evicted())
+	}
+	for i := range 6 {
+		if present(t, s, fmt.Sprintf("ch_a_%d", i)) {
+			t.Errorf("ch_a_%d, among the oldest declines, was kept", i)
+		}
+	}
+
+	// Its refund works, as the service makes it: reserved and sent, then applied.
+	rf := &payrouter.Refund{ID: "re_b", ChargeID: "ch_b", Amount: 5000, Status: payrouter.RefundPending}
+	changeRefund(t, s, rf, "", func(c *payrouter.Charge) {
+		if _, err := c.ReserveRefund(0); err != nil {
+			t.Fatalf("refund of the captured charge: %v", err)
+		}
+	})
+	save(t, s, charge("ch_a_more", payrouter.StatusDeclined))
+	rf.Status = payrouter.RefundSucceeded
+	changeRefund(t, s, rf, payrouter.RefundPending, func(c *payrouter.Charge) { c.RefundApplied(rf.Amount) })
+	got, err := s.Charge(t.Context(), "ch_b")
+	if err != nil || got.Status != payrouter.StatusRefunded || got.Refunded != 5000 {
+		t.Fatalf("the refunded charge: %+v, %v; want refunded 5000", got, err)
+	}
+	if r, err := s.Refund(t.Context(), "re_b"); err != nil || r.Status != payrouter.RefundSucceeded {
+		t.Fatalf("its refund: %+v, %v", r, err)
+	}
+}
+
+// Which settled charges may go to make room: those holding no money (declined, failed, voided,
+// refunded in full) may; a captured one with anything left to refund, partially refunded
+// included, stays until its retention; processing and requires_capture ones stay.
+func TestBoundsRoomTakesOnlyChargesHoldingNoMoney(t *testing.T) {
+	partly := charge("ch_partly", payrouter.StatusPartiallyRefunded)
+	partly.Refunded = 40
+	full := charge("ch_full", payrouter.StatusRefunded)
+	full.Refunded = full.Amount
+	reservedAll := charge("ch_reserved_all", payrouter.StatusSucceeded)
+	reservedAll.RefundsReserved = reservedAll.Amount // its refund's answer is not known yet
+	for _, tc := range []struct {
+		c    *payrouter.Charge
+		kept bool
+	}{
+		{charge("ch_captured", payrouter.StatusSucceeded), true},
+		{partly, true},
+		{charge("ch_auth", payrouter.StatusRequiresCapture), true},
+		{charge("ch_proc", payrouter.StatusProcessing), true},
+		{full, false},
+		{reservedAll, false}, // nothing left to refund; a pending refund would pin it
+		{charge("ch_declined", payrouter.StatusDeclined), false},
+		{charge("ch_failed", payrouter.StatusFailed), false},
+		{charge("ch_voided", payrouter.StatusVoided), false},
+	} {
+		t.Run(string(tc.c.Status)+"/"+tc.c.ID, func(t *testing.T) {
+			clock := newFakeClock()
+			s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, 2))
+			save(t, s, tc.c)
+			clock.Advance(time.Second)
+			for i := range 3 {
+				save(t, s, charge(fmt.Sprintf("ch_decl_%d", i), payrouter.StatusDeclined))
+				clock.Advance(time.Second)
+			}
+			if got := present(t, s, tc.c.ID); got != tc.kept {
+				t.Fatalf("present after 3 newer declines = %v, want %v", got, tc.kept)
+			}
+		})
+	}
+}
+
+// A charge holding money goes after its retention like any settled charge, and a write that
+// leaves nothing to refund makes it one that may go to make room.
+func TestBoundsChargeHoldingMoneyAfterRetention(t *testing.T) {
+	clock := newFakeClock()
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, 2))
+	save(t, s, charge("ch_captured", payrouter.StatusSucceeded))
+	save(t, s, charge("ch_auth", payrouter.StatusRequiresCapture))
+	if err := s.SaveCharge(t.Context(), charge("ch_new", payrouter.StatusDeclined)); !errors.Is(err, memstore.ErrFull) || !errors.Is(err, payrouter.ErrStateUnavailable) {
+		t.Fatalf("a new charge beside a captured one and an authorization: %v, want ErrFull and ErrStateUnavailable", err)
+	}
+	clock.Advance(time.Hour)
+	save(t, s, charge("ch_new", payrouter.StatusDeclined))
+	if present(t, s, "ch_captured") || !present(t, s, "ch_auth") {
+		t.Fatal("want the captured charge dropped after its retention, the authorization kept")
+	}
+
+	refused := charge("ch_refused", payrouter.StatusSucceeded)
+	save(t, s, charge("ch_new", payrouter.StatusSucceeded)) // now holds money too
+	if err := s.SaveCharge(t.Context(), refused); !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("a new charge beside an authorization and a captured one: %v, want ErrFull", err)
+	}
+	done := charge("ch_new", payrouter.StatusRefunded)
+	done.Refunded = done.Amount
+	save(t, s, done)
+	save(t, s, charge("ch_next", payrouter.StatusDeclined))
+	if present(t, s, "ch_new") || !present(t, s, "ch_next") {
+		t.Error("the charge refunded in full was not dropped to make room")
 	}
 }

@@ -65,7 +65,7 @@ func (s *Store) current(c *payrouter.Charge) error {
 // putCharge stores a copy of c as its next version, without its payment method, with the events
 // of its change, and sets c.Stored; the caller has checked c and its version and holds
 // chargeMu. With bounds, it first drops what they say must go, and refuses a new charge with
-// ErrFull when nothing may go to make room for it.
+// ErrFull when nothing may go to make room for it (only charges holding no money may).
 func (s *Store) putCharge(c *payrouter.Charge) error {
 	stored := cloneCharge(c)
 	stored.PaymentMethod = payrouter.PaymentMethod{}
@@ -77,16 +77,16 @@ func (s *Store) putCharge(c *payrouter.Charge) error {
 		now := s.now()
 		if exists {
 			// First, so that making room never drops the charge being written.
-			s.ordered(c.ID, c.Status, now)
+			s.ordered(c, now)
 		}
 		s.queueMu.Lock()
 		room := s.makeRoom(now, !exists)
 		s.queueMu.Unlock()
 		if !room {
-			return errFull(fmt.Sprintf("save charge %s: all %d charges held are still moving money", c.ID, len(s.charges)))
+			return errFull(fmt.Sprintf("save charge %s: all %d charges held hold money or may come to (state.max_charges)", c.ID, len(s.charges)))
 		}
 		if !exists {
-			s.ordered(c.ID, c.Status, now)
+			s.ordered(c, now)
 		}
 	}
 	if exists && old.Status != c.Status {

@@ -36,15 +36,17 @@ type Store struct {
 	// byStatus indexes charges by status: the reconciler asks for the few processing charges
 	// among many final ones, which must not cost a scan of them all.
 	byStatus map[payrouter.ChargeStatus]map[string]struct{}
-	// The bounds (bounds.go): settledOrder lists the settled charges, written longest ago
-	// first, and order finds each one's element; both guarded by chargeMu, kept only when
+	// The bounds (bounds.go): freeOrder lists the settled charges holding no money and
+	// heldOrder those holding captured money left to refund, each written longest ago first,
+	// and order finds each one's element in either; all guarded by chargeMu, kept only when
 	// bounded.
-	retention    time.Duration
-	maxCharges   int
-	maxKeys      int
-	settledOrder *list.List
-	order        map[string]*list.Element
-	evicted      atomic.Int64
+	retention  time.Duration
+	maxCharges int
+	maxKeys    int
+	freeOrder  *list.List
+	heldOrder  *list.List
+	order      map[string]*list.Element
+	evicted    atomic.Int64
 	// The events (events.go), guarded by chargeMu: each owner's oldest first, every one by id,
 	// and each charge's (dropped with it).
 	events    map[string]*ownerEvents
@@ -100,10 +102,11 @@ func New(opts ...Option) *Store {
 		eventByID: make(map[string]*storedEvent),
 		eventsOf:  make(map[string][]*storedEvent),
 
-		settledOrder: list.New(),
-		order:        make(map[string]*list.Element),
-		pins:         make(map[string]int),
-		refundsOf:    make(map[string][]string),
+		freeOrder: list.New(),
+		heldOrder: list.New(),
+		order:     make(map[string]*list.Element),
+		pins:      make(map[string]int),
+		refundsOf: make(map[string][]string),
 	}
 	for _, opt := range opts {
 		opt(s)
