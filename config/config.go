@@ -128,10 +128,11 @@ type State struct {
 	// written, in memory and in the database; the database deletes older rows in the
 	// background. default 9480h (395 days)
 	Retention time.Duration `yaml:"retention"`
-	// MaxCharges bounds the in-memory store: beyond it the charges written longest ago that
-	// are final go first; charges still moving money are never dropped, and when they alone
-	// fill the store a new charge is answered 503 state-unavailable. Ignored with
-	// database_url. 0: no bound. default 100000
+	// MaxCharges bounds the in-memory store: beyond it the final charges holding no money
+	// (declined, failed, voided, refunded in full) written longest ago go first; charges still
+	// moving money, or captured with anything left to refund, are never dropped to make room,
+	// and when they alone fill the store a new charge is answered 503 state-unavailable.
+	// Ignored with database_url. 0: no bound. default 100000
 	MaxCharges int `yaml:"max_charges"`
 }
 
