@@ -96,7 +96,8 @@ func NewBulkhead(gateway string, capacity int, maxWait time.Duration, obs Observ
 // SetKeyShare sets the share of the slots each API key scope is sure of: ceil(share × capacity),
 // at least 1 (KeyLimit). The share bounds a key only while other keys need the slots: a key may
 // take a slot beyond its share only while more slots are free than the other active scopes (those
-// holding or waiting for a slot) lack of their shares, so a key alone may use every slot, and
+// holding or waiting for a slot, or that gave one back or were refused one in the last
+// keyActiveFor) lack of their shares, so a key alone may use every slot, and
 // every active key can always get its share. A call refused for that is refused at once, as if
 // the bulkhead were full (it does not wait MaxWait: the slots it would wait for are the other
 // keys'), so a charge goes on to its route's next gateway. share >= 1 (or not a number in
