@@ -66,11 +66,15 @@ func TestLimitsUnderAFlood(t *testing.T) {
 			}
 		}
 
-		// The other key idle: the flood uses every slot, and only what is past them is refused.
-		ok, full := flood(apiKey, "share-alone", 8)()
-		t.Logf("one key alone, 8 charges at a bulkhead of 4: %d succeeded, %d bulkhead_full; paywell saw %d at once", ok, full, s.paywell.stats(t).MaxInFlight)
-		if ok != 4 || full != 4 {
-			t.Errorf("one key alone, 8 charges at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 4 and 4", ok, full)
+		// The other key idle: the flood uses every slot, none refused while one is free, and
+		// only what is past them is refused.
+		ok, full := flood(apiKey, "share-alone", 4)()
+		t.Logf("one key alone, 4 charges at a bulkhead of 4: %d succeeded, %d bulkhead_full; paywell saw %d at once", ok, full, s.paywell.stats(t).MaxInFlight)
+		if ok != 4 || full != 0 {
+			t.Errorf("one key alone, 4 charges at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 4 and 0", ok, full)
+		}
+		if ok, full := flood(apiKey, "share-alone-past", 6)(); ok != 4 || full != 2 {
+			t.Errorf("one key alone, 6 charges at a bulkhead of 4: %d succeeded, %d bulkhead_full; want 4 and 2", ok, full)
 		}
 		if st := s.paywell.stats(t); st.MaxInFlight != 4 {
 			t.Errorf("paywell saw at most %d calls at once from the lone key, want all 4 slots", st.MaxInFlight)
