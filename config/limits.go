@@ -14,11 +14,12 @@ type Limits struct {
 	// Burst is how many requests a key may send at once above the rate. 0: the rate rounded up.
 	// default 400
 	Burst int `yaml:"burst"`
-	// KeyShare is the most of one gateway's bulkhead (max_concurrent) a single API key may hold:
-	// ceil(key_share × max_concurrent) slots, at least 1. A charge over it is passed at that
-	// gateway as bulkhead_full and goes on to the next one. Enforced only when auth.api_keys
-	// holds more than one key: a single key has nobody to leave room for. In (0, 1]; 1: off.
-	// default 0.5
+	// KeyShare is the share of one gateway's bulkhead (max_concurrent) each API key is sure of:
+	// ceil(key_share × max_concurrent) slots, at least 1. It binds only while other keys need the
+	// slots (resilience.Bulkhead.SetKeyShare): a key alone uses every slot. A charge refused for
+	// it is passed at that gateway as bulkhead_full and goes on to the next one. Enforced only
+	// when auth.api_keys holds more than one key: a single key has nobody to leave room for. In
+	// (0, 1]; 1: off. default 0.5
 	KeyShare float64 `yaml:"key_share"`
 	// AuthFailuresPerMinute is how many failed authentications (a missing or wrong API key or
 	// admin token) one client address may make within a minute, on either listener; past it a
@@ -75,7 +76,7 @@ func (v *validator) limits() {
 		v.addf("limits.burst", "must be >= 0 (0: the rate rounded up)")
 	}
 	if !(l.KeyShare > 0 && l.KeyShare <= 1) {
-		v.addf("limits.key_share", "must be in (0, 1]: the share of a gateway's bulkhead one API key may hold (1: no limit)")
+		v.addf("limits.key_share", "must be in (0, 1]: the share of a gateway's bulkhead each API key is sure of (1: no share)")
 	}
 	if l.AuthFailuresPerMinute < 0 {
 		v.addf("limits.auth_failures_per_minute", "must be >= 0 (0: off)")

@@ -12,8 +12,9 @@ import (
 )
 
 // TestLimitsUnderAFlood is the issue's "one key can take everything", against real processes
-// with two API keys: one key flooding a slow gateway holds only its share of its bulkhead while
-// the other key's charges get slots and succeed; the same key flooding faster than its rate is
+// with two API keys: one key flooding a slow gateway while the other is idle uses every slot of
+// its bulkhead, and beside the other key holds only its share while the other key's charges get
+// slots and succeed; the same key flooding faster than its rate is
 // answered 429 with Retry-After while the other key, at a normal pace, is never refused; and an
 // address guessing keys has its further guesses answered 429 after
 // limits.auth_failures_per_minute failures, while its right key and admin token, and another
@@ -42,37 +43,66 @@ func TestLimitsUnderAFlood(t *testing.T) {
 	t.Run("key share", func(t *testing.T) {
 		s.paywell.behave(t, "normal", 800*time.Millisecond)
 		defer s.paywell.behave(t, "normal", 0)
-		var wg sync.WaitGroup
-		flood := make([]reply, 8)
-		for i := range flood {
-			wg.Go(func() { flood[i] = charge(apiKey, fmt.Sprintf("share-flood-%d", i)) })
-		}
-		time.Sleep(200 * time.Millisecond) // the flood holds its slots; the gateway answers after 800ms
-		var shop [2]reply
-		var wg2 sync.WaitGroup
-		for i := range shop {
-			wg2.Go(func() { shop[i] = charge(otherAPIKey, fmt.Sprintf("share-shop-%d", i)) })
-		}
-		wg2.Wait()
-		wg.Wait()
-		for i, r := range shop {
-			if r.status != 201 {
-				t.Errorf("the other key's charge %d while the flood holds paywell: want 201, got %s", i+1, r)
+		// flood sends n charges of key at once; the func it returns waits for them and counts.
+		flood := func(key, name string, n int) func() (ok, full int) {
+			var wg sync.WaitGroup
+			replies := make([]reply, n)
+			for i := range replies {
+				wg.Go(func() { replies[i] = charge(key, fmt.Sprintf("%s-%d", name, i)) })
+			}
+			return func() (ok, full int) {
+				wg.Wait()
+				for _, r := range replies {
+					switch {
+					case r.status == 201:
+						ok++
+					case r.status == 503 && strings.Contains(string(r.body), `"bulkhead_full"`):
+						full++
+					default:
+						t.Errorf("a flood charge: %s", r)
+					}
+				}
+				return ok, full
 			}
 		}
-		ok, full := 0, 0
-		for _, r := range flood {
-			switch {
-			case r.status == 201:
-				ok++
-			case r.status == 503 && strings.Contains(string(r.body), `"bulkhead_full"`):
-				full++
-			default:
-				t.Errorf("a flood charge: %s", r)
-			}
+
+		// The other key idle: the flood uses every slot, none refused while one is free, and
+		// only what is past them is refused.
+		ok, full := flood(apiKey, "share-alone", 4)()
+		t.Logf("one key alone, 4 charges at a bulkhead of 4: %d succeeded, %d bulkhead_full; paywell saw %d at once", ok, full, s.paywell.stats(t).MaxInFlight)
+		if ok != 4 || full != 0 {
+			t.Errorf("one key alone, 4 charges at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 4 and 0", ok, full)
+		}
+		if ok, full := flood(apiKey, "share-alone-past", 6)(); ok != 4 || full != 2 {
+			t.Errorf("one key alone, 6 charges at a bulkhead of 4: %d succeeded, %d bulkhead_full; want 4 and 2", ok, full)
+		}
+		if st := s.paywell.stats(t); st.MaxInFlight != 4 {
+			t.Errorf("paywell saw at most %d calls at once from the lone key, want all 4 slots", st.MaxInFlight)
+		}
+		sc, err := pr.metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := sc.value("payrouter_rate_limited_total", "reason", "key_concurrency"); v != 0 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %v with the other key idle, want 0", v)
+		}
+
+		// Both keys: the other key's charge holds a slot, the flood gets its share and a slot
+		// stays free for the other key's next charge.
+		shop1 := flood(otherAPIKey, "share-shop-1", 1)
+		time.Sleep(200 * time.Millisecond) // at paywell, answered after 800ms
+		floodDone := flood(apiKey, "share-flood", 8)
+		time.Sleep(200 * time.Millisecond)
+		shop2 := flood(otherAPIKey, "share-shop-2", 1)
+		shopOK1, _ := shop1()
+		shopOK2, _ := shop2()
+		ok, full = floodDone()
+		t.Logf("both keys: the flood %d succeeded, %d bulkhead_full; the other key %d of 2 succeeded", ok, full, shopOK1+shopOK2)
+		if shopOK1+shopOK2 != 2 {
+			t.Errorf("the other key's 2 charges while the flood holds its share: %d succeeded, want 2", shopOK1+shopOK2)
 		}
 		if ok != 2 || full != 6 {
-			t.Errorf("the flood of 8 at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 2 and 6", ok, full)
+			t.Errorf("the flood of 8 beside the other key at a bulkhead of 4 with key_share 0.5: %d succeeded, %d bulkhead_full; want 2 and 6", ok, full)
 		}
 		if st := s.paywell.stats(t); st.MaxInFlight > 4 {
 			t.Errorf("paywell saw %d calls at once, over its bulkhead of 4", st.MaxInFlight)

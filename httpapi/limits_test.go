@@ -251,53 +251,77 @@ func TestGuessesDoNotLockOutTheRightKey(t *testing.T) {
 	})
 }
 
-// One key flooding a slow gateway holds at most its share of the bulkhead; the other key's
-// charges still get slots and succeed. The flood's extra charges are refused at that gateway as
-// bulkhead_full (here pinned to it, so 503 gateways-unavailable, with nothing stored for their
-// keys) and counted as key_concurrency.
+// One key flooding a slow gateway while the other is idle takes every slot: only the charges past
+// the bulkhead's capacity are refused, as a full bulkhead, never for the key's share. Once the
+// other key holds a slot, the flood is held to its share: a slot stays free for the other key's
+// next charge, and the flood's extra charges are refused at that gateway as bulkhead_full (here
+// pinned to it, so 503 gateways-unavailable, with nothing stored for their keys) and counted as
+// key_concurrency.
 func TestKeyShareLeavesSlotsForOtherKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st, m := newLimitedStack(t, config.Limits{KeyShare: 0.5})
 		st.domains.SetKeyShare(0.5)                                                   // bulkheads of 4: 2 slots a key
 		st.sims["paywell"].SetBehavior(sim.Behavior{Latency: 150 * time.Millisecond}) // well under its 300ms timeout
 		pinned := `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"gateway":"paywell"}`
+		// floodOf sends n charges of key-1 at once; the func it returns waits for their answers.
+		floodOf := func(name string, n int) func() (ok, refused int) {
+			var wg sync.WaitGroup
+			flood := make([]reply, n)
+			for i := range flood {
+				wg.Go(func() { flood[i] = st.charge(fmt.Sprintf("%s-%d", name, i), pinned) })
+			}
+			return func() (ok, refused int) {
+				wg.Wait()
+				for _, r := range flood {
+					switch {
+					case r.status == 201:
+						ok++
+					case r.status == 503 && strings.Contains(r.body, `"outcome":"bulkhead_full"`):
+						refused++
+					default:
+						t.Errorf("a flood charge: %d %s", r.status, r.body)
+					}
+				}
+				return ok, refused
+			}
+		}
+		shop := func(i int) reply {
+			return do(st.api, "POST", "/charge", pinned, "Authorization", "Bearer key-2", "Idempotency-Key", fmt.Sprintf("shop-%d", i))
+		}
 
+		// key-2 idle: key-1 uses all 4 slots.
+		alone := floodOf("alone", 6)
+		synctest.Wait()
+		if n := st.domains.Bulkhead("paywell").InFlight(); n != 4 {
+			t.Errorf("key-1 alone holds %d of paywell's 4 slots, want every one", n)
+		}
+		if ok, refused := alone(); ok != 4 || refused != 2 {
+			t.Errorf("key-1 alone, 6 charges at a bulkhead of 4: %d succeeded and %d refused, want 4 and 2", ok, refused)
+		}
+		if got := limitedCount(t, m, telemetry.LimitKeyConcurrency); got != 0 {
+			t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %d with key-2 idle, want 0", got)
+		}
+
+		// key-2 holds one slot: key-1 gets its 2, and one stays free for key-2.
 		var wg sync.WaitGroup
-		flood := make([]reply, 6)
-		for i := range flood {
-			wg.Go(func() { flood[i] = st.charge(fmt.Sprintf("flood-%d", i), pinned) })
+		var shops [2]reply
+		wg.Go(func() { shops[0] = shop(0) })
+		synctest.Wait()
+		shared := floodOf("shared", 6)
+		synctest.Wait()
+		if n := st.domains.Bulkhead("paywell").InFlight(); n != 3 {
+			t.Errorf("key-1's flood and key-2's charge hold %d of paywell's slots, want 3 (one kept for key-2)", n)
 		}
-		synctest.Wait() // the flood's two admitted charges wait at paywell, the four others are answered
-		if n := st.domains.Bulkhead("paywell").InFlight(); n != 2 {
-			t.Fatalf("key-1's flood holds %d of paywell's slots, want its share, 2", n)
-		}
-		var shop [2]reply
-		var wg2 sync.WaitGroup
-		for i := range shop {
-			wg2.Go(func() {
-				shop[i] = do(st.api, "POST", "/charge", pinned, "Authorization", "Bearer key-2", "Idempotency-Key", fmt.Sprintf("shop-%d", i))
-			})
-		}
-		wg2.Wait()
+		shops[1] = shop(1)
+		ok, refused := shared()
 		wg.Wait()
-		for i, r := range shop {
+		for i, r := range shops {
 			if r.status != 201 {
 				t.Errorf("key-2's charge %d while key-1 floods: %d %s, want 201", i+1, r.status, r.body)
 			}
 		}
-		ok, refused := 0, 0
-		for _, r := range flood {
-			switch {
-			case r.status == 201:
-				ok++
-			case r.status == 503 && strings.Contains(r.body, `"outcome":"bulkhead_full"`):
-				refused++
-			default:
-				t.Errorf("a flood charge: %d %s", r.status, r.body)
-			}
-		}
 		if ok != 2 || refused != 4 {
-			t.Errorf("flood of 6: %d succeeded and %d refused, want 2 (its share) and 4", ok, refused)
+			t.Errorf("flood of 6 beside key-2: %d succeeded and %d refused, want 2 (its share) and 4", ok, refused)
 		}
 		if got := limitedCount(t, m, telemetry.LimitKeyConcurrency); got != 4 {
 			t.Errorf("payrouter_rate_limited_total{reason=key_concurrency} = %d, want 4", got)
