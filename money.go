@@ -41,6 +41,17 @@ func (c *Charge) ReserveRefund(amount int64) (int64, error) {
 	return amount, nil
 }
 
+// Fits reports whether c's refunds, applied and reserved, fit what it captured, or at least
+// grow no further than those of was, the charge as stored before (one written before these rules
+// held may be over already): the stores refuse a write of c otherwise, whatever computed it.
+func (c *Charge) Fits(was *Charge) bool {
+	sum := c.Refunded + c.RefundsReserved
+	if c.Refunded < 0 || c.RefundsReserved < 0 {
+		return false
+	}
+	return sum <= c.Amount || was != nil && sum <= was.Refunded+was.RefundsReserved
+}
+
 // RefundApplied moves a refund of amount the gateway applied from c's reservations to what it
 // refunded. It is written with the refund's own move to succeeded, from pending or queued, so
 // it is counted once however often its completion runs.

@@ -49,15 +49,20 @@ func checkCharge(what string, c *payrouter.Charge) error {
 	return nil
 }
 
-// current checks that c's charge is stored at the version c was read at (none: not stored);
-// chargeMu must be held.
+// current checks that c's charge is stored at the version c was read at (none: not stored), and
+// that c's refunds fit it (payrouter.Charge.Fits): the money rule held where the write happens,
+// whatever computed c. chargeMu must be held.
 func (s *Store) current(c *payrouter.Charge) error {
 	var at int64
-	if old, ok := s.charges[c.ID]; ok {
+	old, ok := s.charges[c.ID]
+	if ok {
 		at = old.Stored.Version
 	}
 	if at != c.Stored.Version {
 		return fmt.Errorf("memstore: charge %s is at version %d, not %d: %w", c.ID, at, c.Stored.Version, payrouter.ErrStale)
+	}
+	if !c.Fits(old) {
+		return fmt.Errorf("memstore: charge %s of %d with %d refunded and %d reserved: refunds would exceed it: %w", c.ID, c.Amount, c.Refunded, c.RefundsReserved, payrouter.ErrStale)
 	}
 	return nil
 }

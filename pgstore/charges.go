@@ -25,11 +25,25 @@ func upsertCharge(first int, cond string) string {
 	INSERT INTO charges AS c (id, status, charge, created_at, version)
 	SELECT $%[1]d::text, $%[2]d::text, $%[3]d::jsonb, $%[4]d::timestamptz, $%[5]d::bigint + 1
 	WHERE (%[6]s) AND ($%[5]d::bigint = 0 OR EXISTS (SELECT 1 FROM charges WHERE id = $%[1]d::text))
+		AND %[8]s
 	ON CONFLICT (id) DO UPDATE SET
 		status = excluded.status, charge = excluded.charge,
 		created_at = excluded.created_at, updated_at = now(), version = excluded.version
-	WHERE c.version = $%[5]d::bigint
-	RETURNING 1`, first, first+1, first+2, first+3, first+4, cond)
+	WHERE c.version = $%[5]d::bigint AND %[7]s
+	RETURNING 1`, first, first+1, first+2, first+3, first+4, cond, refundsFit("excluded.charge", "c.charge"),
+		refundsFit(fmt.Sprintf("$%d::jsonb", first+2), "'{}'::jsonb"))
+}
+
+// refundsFit is the money rule a charge's write must keep, in SQL (payrouter.Charge.Fits): the
+// refunds of next (a charge's JSON form), applied and reserved, fit what it captured, or grow no
+// further than those of was, the charge as stored. The store refuses the write otherwise,
+// whatever computed it.
+func refundsFit(next, was string) string {
+	sum := func(doc string) string {
+		return fmt.Sprintf("(coalesce((%[1]s->>'refunded')::bigint, 0) + coalesce((%[1]s->>'refunds_reserved')::bigint, 0))", doc)
+	}
+	return fmt.Sprintf("(coalesce((%[1]s->>'refunded')::bigint, 0) >= 0 AND coalesce((%[1]s->>'refunds_reserved')::bigint, 0) >= 0 AND (%[2]s <= (%[1]s->>'amount')::bigint OR %[2]s <= %[3]s))",
+		next, sum(next), sum(was))
 }
 
 // insertEvents returns the write of a change's events: ids and types are the text arrays $ids

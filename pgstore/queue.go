@@ -17,14 +17,15 @@ import (
 
 // changeRefundSQL writes a refund change (payrouter.RefundChange) in one statement, so in one
 // transaction. The charge's row is locked first, at the version its writer read ($6 the charge's
-// id, NULL when the change leaves it; $9 that version), then the refund's; FOR UPDATE re-reads a
+// id, NULL when the change leaves it; $9 that version; its next form $8 must keep the refunds
+// within it, refundsFit), then the refund's; FOR UPDATE re-reads a
 // row changed since this statement's snapshot, so each precondition is checked on the latest
 // committed state: the charge still at $9, the refund in status $5 (” for a new refund: none
 // with its id). Then the refund ($1-$4), the charge ($7, $8), the task ($10, $11) and the events
 // ($12, $13; owner $14) are written, each only once the one before it was: all or nothing.
 var changeRefundSQL = `
 WITH lc AS (
-	SELECT 1 FROM charges WHERE id = $6::text AND version = $9::bigint FOR UPDATE
+	SELECT 1 FROM charges WHERE id = $6::text AND version = $9::bigint AND ` + refundsFit("$8::jsonb", "charge") + ` FOR UPDATE
 ), lr AS (
 	SELECT status FROM refunds WHERE id = $1::text AND (SELECT count(*) FROM lc) >= 0 FOR UPDATE
 ), ok AS (

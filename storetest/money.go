@@ -200,6 +200,38 @@ func testVersions(t *testing.T, s payrouter.Store) {
 	}
 }
 
+// testRefundsFit: whatever computed it, a write whose refunds, applied and reserved, exceed what
+// the charge captured is refused by the store itself, and changes nothing.
+func testRefundsFit(t *testing.T, s payrouter.Store) {
+	ctx := t.Context()
+	over := &payrouter.Charge{ID: "ch_fit_new", Status: payrouter.StatusSucceeded, Amount: 100, Currency: "USD", Owner: owner, Refunded: 101, CreatedAt: base}
+	if err := s.SaveCharge(ctx, over); !errors.Is(err, payrouter.ErrStale) {
+		t.Errorf("a new charge refunded beyond its amount: %v, want it refused", err)
+	}
+	c := capturedCharge(t, s, "ch_fit", 1000)
+	c.RefundsReserved = 1001
+	if err := s.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrStale) {
+		t.Errorf("reserving 1001 of 1000: %v, want it refused", err)
+	}
+	c = mustGet(t, s, "ch_fit")
+	c.Refunded, c.RefundsReserved = 600, 401
+	rf := &payrouter.Refund{ID: "re_fit", ChargeID: c.ID, Amount: 401, Currency: "USD", Status: payrouter.RefundPending, Owner: owner}
+	if err := s.ChangeRefund(ctx, payrouter.RefundChange{Refund: rf, Charge: c}); !errors.Is(err, payrouter.ErrStale) {
+		t.Errorf("a refund change leaving 1001 of 1000 refunded or reserved: %v, want it refused", err)
+	}
+	if _, err := s.Refund(ctx, "re_fit"); !errors.Is(err, payrouter.ErrNotFound) {
+		t.Errorf("the refused refund was stored: %v", err)
+	}
+	if got := mustGet(t, s, "ch_fit"); got.Refunded != 0 || got.RefundsReserved != 0 {
+		t.Errorf("after refused writes the charge has %d refunded, %d reserved; want none", got.Refunded, got.RefundsReserved)
+	}
+	c = mustGet(t, s, "ch_fit")
+	c.Refunded, c.RefundsReserved = 600, 400
+	if err := s.SaveCharge(ctx, c); err != nil {
+		t.Errorf("1000 of 1000 refunded or reserved: %v, want it written", err)
+	}
+}
+
 // testEvents: each change writes its events, with the object as written, listed per owner
 // oldest first, paged without a miss or a repeat.
 func testEvents(t *testing.T, s payrouter.Store) {

@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"refunds/invalid", testRefundInvalid},
 
 		{"refunds/a change is all or nothing", testRefundChangeAtomic},
+		{"refunds/the store refuses refunds beyond the charge", testRefundsFit},
 
 		{"events/every change writes its events", testEvents},
 
