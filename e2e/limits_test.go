@@ -28,7 +28,7 @@ func TestLimitsUnderAFlood(t *testing.T) {
 		Gateways:       map[string]gatewayConfig{"paywell": gw},
 		Routes:         []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"paywell"}}},
 	}, func(yaml string) string {
-		return strings.Replace(yaml, "limits:\n  requests_per_second: 0\n  key_share: 1\n",
+		return strings.Replace(yaml, "limits:\n  requests_per_second: 0\n",
 			"limits:\n  requests_per_second: 20\n  burst: 20\n  key_share: 0.5\n  auth_failures_per_minute: 10\n", 1)
 	})
 	charge := func(key, idem string) reply {
