@@ -33,10 +33,10 @@ type Config struct {
 	Routes    []routing.Route `yaml:"routes"`
 	Fallbacks Fallbacks       `yaml:"fallbacks"`
 
-	// The listeners' own settings (docs/tls.md, docs/limits.md): HTTPS (nil: plain HTTP), the
-	// most connections open at once, the most of them one client address may hold (0: no limit
-	// but max_connections), and how long a keep-alive connection may sit idle. The admin_ keys
-	// are the admin listener's.
+	// The listeners' own settings (docs/tls.md): HTTPS (nil: plain HTTP), the most connections
+	// open at once, the most of them one client address may hold (0: no limit but
+	// max_connections; docs/limits.md, Connections), and how long a keep-alive connection may
+	// sit idle. The admin_ keys are the admin listener's.
 	TLS                           *ListenerTLS  `yaml:"tls"`
 	MaxConnections                int           `yaml:"max_connections"`                   // default 4096
 	MaxConnectionsPerAddress      int           `yaml:"max_connections_per_address"`       // default a quarter of max_connections

@@ -52,7 +52,8 @@ type Options struct {
 	// Refuse answers a request refused for its framing, on a connection that closes after it.
 	// nil: a plain 400.
 	Refuse func(w http.ResponseWriter, r *http.Request)
-	// Log receives the refusals and failed TLS handshakes; nil: slog.Default().
+	// Log receives the framing refusals, the failed TLS handshakes, and (one line at most every
+	// 10s of each) the connections closed to make room and those refused; nil: slog.Default().
 	Log *slog.Logger
 }
 
