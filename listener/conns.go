@@ -105,7 +105,7 @@ func (c *conn) hear() {
 // closable ranks a connection as a candidate to close to make room: its tier (0 first, see
 // the order at the top of this file) and since when it has waited; ok is false for a
 // connection serving a request.
-func (c *conn) closable(now time.Time, grace time.Duration, epoch time.Time) (tier int, waited time.Time, state string, ok bool) {
+func (c *conn) closable(now time.Time) (tier int, waited time.Time, state string, ok bool) {
 	switch c.phase {
 	case phaseBusy:
 		return 0, time.Time{}, "", false
@@ -114,11 +114,11 @@ func (c *conn) closable(now time.Time, grace time.Duration, epoch time.Time) (ti
 		if h == 0 {
 			return 1, c.since, StateIdle, true
 		}
-		waited = epoch.Add(time.Duration(h - 1))
+		waited = c.l.epoch.Add(time.Duration(h - 1))
 	default:
 		waited = c.since
 	}
-	if now.Sub(waited) >= grace {
+	if now.Sub(waited) >= c.l.opts.HeadGrace {
 		return 0, waited, StateAwaitingHead, true
 	}
 	return 2, waited, StateAwaitingHead, true
@@ -229,7 +229,7 @@ func (l *Listener) pickLocked(set map[*conn]struct{}, now time.Time, reason stri
 		bestState string
 	)
 	for c := range set {
-		tier, since, state, ok := c.closable(now, l.opts.HeadGrace, l.epoch)
+		tier, since, state, ok := c.closable(now)
 		if !ok {
 			continue
 		}
