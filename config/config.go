@@ -34,14 +34,17 @@ type Config struct {
 	Fallbacks Fallbacks       `yaml:"fallbacks"`
 
 	// The listeners' own settings (docs/tls.md): HTTPS (nil: plain HTTP), the most connections
-	// open at once, and how long a keep-alive connection may sit idle. The admin_ keys are the
-	// admin listener's.
-	TLS                 *ListenerTLS  `yaml:"tls"`
-	MaxConnections      int           `yaml:"max_connections"`       // default 4096
-	IdleTimeout         time.Duration `yaml:"idle_timeout"`          // default 75s
-	AdminTLS            *ListenerTLS  `yaml:"admin_tls"`             //
-	AdminMaxConnections int           `yaml:"admin_max_connections"` // default 64
-	AdminIdleTimeout    time.Duration `yaml:"admin_idle_timeout"`    // default 75s
+	// open at once, the most of them one client address may hold (0: no limit but
+	// max_connections; docs/limits.md, Connections), and how long a keep-alive connection may
+	// sit idle. The admin_ keys are the admin listener's.
+	TLS                           *ListenerTLS  `yaml:"tls"`
+	MaxConnections                int           `yaml:"max_connections"`                   // default 4096
+	MaxConnectionsPerAddress      int           `yaml:"max_connections_per_address"`       // default a quarter of max_connections
+	IdleTimeout                   time.Duration `yaml:"idle_timeout"`                      // default 75s
+	AdminTLS                      *ListenerTLS  `yaml:"admin_tls"`                         //
+	AdminMaxConnections           int           `yaml:"admin_max_connections"`             // default 64
+	AdminMaxConnectionsPerAddress int           `yaml:"admin_max_connections_per_address"` // default a quarter of admin_max_connections
+	AdminIdleTimeout              time.Duration `yaml:"admin_idle_timeout"`                // default 75s
 
 	Limits Limits `yaml:"limits"` // per API key and per client address (limits.go)
 }

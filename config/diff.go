@@ -70,9 +70,11 @@ func Diff(running, next *Config) Changes {
 		// on or off changes what the listener is.
 		{"tls", (running.TLS == nil) == (next.TLS == nil)},
 		{"max_connections", running.MaxConnections == next.MaxConnections},
+		{"max_connections_per_address", running.MaxConnectionsPerAddress == next.MaxConnectionsPerAddress},
 		{"idle_timeout", running.IdleTimeout == next.IdleTimeout},
 		{"admin_tls", (running.AdminTLS == nil) == (next.AdminTLS == nil)},
 		{"admin_max_connections", running.AdminMaxConnections == next.AdminMaxConnections},
+		{"admin_max_connections_per_address", running.AdminMaxConnectionsPerAddress == next.AdminMaxConnectionsPerAddress},
 		{"admin_idle_timeout", running.AdminIdleTimeout == next.AdminIdleTimeout},
 	} {
 		if !f.same {
@@ -88,8 +90,8 @@ func Reloadable(running, next *Config) *Config {
 	out := *next
 	out.Listen, out.AdminListen, out.RequestTimeout = running.Listen, running.AdminListen, running.RequestTimeout
 	out.State, out.Idempotency = running.State, running.Idempotency
-	out.MaxConnections, out.IdleTimeout = running.MaxConnections, running.IdleTimeout
-	out.AdminMaxConnections, out.AdminIdleTimeout = running.AdminMaxConnections, running.AdminIdleTimeout
+	out.MaxConnections, out.MaxConnectionsPerAddress, out.IdleTimeout = running.MaxConnections, running.MaxConnectionsPerAddress, running.IdleTimeout
+	out.AdminMaxConnections, out.AdminMaxConnectionsPerAddress, out.AdminIdleTimeout = running.AdminMaxConnections, running.AdminMaxConnectionsPerAddress, running.AdminIdleTimeout
 	if (running.TLS == nil) != (next.TLS == nil) {
 		out.TLS = running.TLS
 	}

@@ -26,6 +26,12 @@ const (
 	// defaultAdminMaxConnections bounds the admin listener: a few operators, their status pages
 	// and a Prometheus or two need tens at most.
 	defaultAdminMaxConnections = 64
+	// addressShareDivisor makes the default of max_connections_per_address a quarter of
+	// max_connections (rounded up): one address (a load balancer node, a shop's NAT) may still
+	// hold far more connections than it needs (1024 of the default 4096), while a client
+	// holding its share, every connection busy with a slow request, leaves three quarters to
+	// everyone else. It takes four addresses, not one, to hold everything.
+	addressShareDivisor = 4
 	// defaultIdleTimeout closes keep-alive connections idle this long. It is longer than the 60s
 	// idle timeout of the common load balancers, so that the balancer, not payrouter, closes an
 	// idle connection: a balancer that sends a request on a connection payrouter closes at that
@@ -83,19 +89,32 @@ func (v *validator) listeners() {
 		prefix   string
 		tls      *ListenerTLS
 		maxConns int
+		perAddr  int
 		idle     time.Duration
 	}{
-		{"", c.TLS, c.MaxConnections, c.IdleTimeout},
-		{"admin_", c.AdminTLS, c.AdminMaxConnections, c.AdminIdleTimeout},
+		{"", c.TLS, c.MaxConnections, c.MaxConnectionsPerAddress, c.IdleTimeout},
+		{"admin_", c.AdminTLS, c.AdminMaxConnections, c.AdminMaxConnectionsPerAddress, c.AdminIdleTimeout},
 	} {
 		if l.maxConns < 1 {
 			v.addf(l.prefix+"max_connections", "must be >= 1")
+		}
+		switch {
+		case l.perAddr < 0:
+			v.addf(l.prefix+"max_connections_per_address", "must be >= 0 (0: no limit per client address but %smax_connections)", l.prefix)
+		case l.maxConns >= 1 && l.perAddr > l.maxConns:
+			v.addf(l.prefix+"max_connections_per_address", "%d is more than %smax_connections (%d): at most %d, or 0 for no limit per client address", l.perAddr, l.prefix, l.maxConns, l.maxConns)
 		}
 		v.positive(l.prefix+"idle_timeout", l.idle)
 		if l.tls != nil {
 			v.listenerTLS(l.prefix+"tls", l.tls)
 		}
 	}
+}
+
+// defaultPerAddress is max_connections_per_address when the file leaves it out: a quarter of
+// the listener's max_connections, rounded up, at least 1.
+func defaultPerAddress(maxConns int) int {
+	return max(1, (maxConns+addressShareDivisor-1)/addressShareDivisor)
 }
 
 // listenerTLS validates one tls section and, when its files are good, keeps what they hold.

@@ -51,6 +51,9 @@ func TestListenerTLSLoads(t *testing.T) {
 	if c.MaxConnections != 4096 || c.AdminMaxConnections != 64 || c.IdleTimeout != 75*time.Second || c.AdminIdleTimeout != 75*time.Second {
 		t.Errorf("connection defaults: %d %v / admin %d %v", c.MaxConnections, c.IdleTimeout, c.AdminMaxConnections, c.AdminIdleTimeout)
 	}
+	if c.MaxConnectionsPerAddress != 1024 || c.AdminMaxConnectionsPerAddress != 16 {
+		t.Errorf("per-address defaults: %d / admin %d; want a quarter of max_connections, 1024 / 16", c.MaxConnectionsPerAddress, c.AdminMaxConnectionsPerAddress)
+	}
 }
 
 // TestListenerTLSProblems: every bad file or value is one line naming the field and the file.
@@ -93,6 +96,11 @@ func TestListenerTLSProblems(t *testing.T) {
 			[]string{`tls.min_version: must be "1.2" or "1.3", got "TLS1.3"`}},
 		{"no connections", "max_connections: 0\nadmin_max_connections: -1\n",
 			[]string{"max_connections: must be >= 1", "admin_max_connections: must be >= 1"}},
+		{"negative share per address", "max_connections_per_address: -1\n",
+			[]string{"max_connections_per_address: must be >= 0 (0: no limit per client address but max_connections)"}},
+		{"share per address above the cap", "admin_max_connections: 10\nadmin_max_connections_per_address: 11\nmax_connections_per_address: 4097\n",
+			[]string{"max_connections_per_address: 4097 is more than max_connections (4096): at most 4096, or 0 for no limit per client address",
+				"admin_max_connections_per_address: 11 is more than admin_max_connections (10): at most 10, or 0 for no limit per client address"}},
 		{"no idle timeout", "idle_timeout: 0s\nadmin_idle_timeout: -1s\n",
 			[]string{"idle_timeout: must be > 0", "admin_idle_timeout: must be > 0"}},
 		{"misspelt key", tlsSection("tls", srv, "  min_verison: \"1.3\"\n"),
@@ -177,12 +185,21 @@ func TestListenerReload(t *testing.T) {
 
 	next := mustParse(t, withTLS(tlsSection("tls", b, "")+"max_connections: 10\nadmin_idle_timeout: 5s\n"))
 	ch := Diff(running, next)
-	if !slices.Equal(ch.RestartNeeded, []string{"max_connections", "admin_idle_timeout"}) {
+	// max_connections_per_address, left out, follows max_connections: a quarter of it.
+	if !slices.Equal(ch.RestartNeeded, []string{"max_connections", "max_connections_per_address", "admin_idle_timeout"}) {
 		t.Errorf("restart needed %v", ch.RestartNeeded)
 	}
 	applied := Reloadable(running, next)
-	if applied.TLS.CertFile != b.CertFile || applied.MaxConnections != 4096 || applied.AdminIdleTimeout != 75*time.Second {
-		t.Errorf("applied tls %s, max_connections %d, admin_idle_timeout %v", applied.TLS.CertFile, applied.MaxConnections, applied.AdminIdleTimeout)
+	if applied.TLS.CertFile != b.CertFile || applied.MaxConnections != 4096 || applied.MaxConnectionsPerAddress != 1024 || applied.AdminIdleTimeout != 75*time.Second {
+		t.Errorf("applied tls %s, max_connections %d, max_connections_per_address %d, admin_idle_timeout %v",
+			applied.TLS.CertFile, applied.MaxConnections, applied.MaxConnectionsPerAddress, applied.AdminIdleTimeout)
+	}
+	next = mustParse(t, withTLS(tlsSection("tls", a, "")+"admin_max_connections_per_address: 0\n"))
+	if ch := Diff(running, next); !slices.Equal(ch.RestartNeeded, []string{"admin_max_connections_per_address"}) {
+		t.Errorf("admin_max_connections_per_address changed: restart needed %v", ch.RestartNeeded)
+	}
+	if applied := Reloadable(running, next); applied.AdminMaxConnectionsPerAddress != 16 {
+		t.Errorf("a reload applied admin_max_connections_per_address %d; the listener keeps 16 until a restart", applied.AdminMaxConnectionsPerAddress)
 	}
 
 	plain := mustParse(t, withTLS(tlsSection("admin_tls", b, "")))
@@ -281,5 +298,25 @@ func TestCheckWarnsOfSecretsOthersMayRead(t *testing.T) {
 	env := map[string]string{"API_KEY": "sk_test_key_0123456789abcdef", "ADMIN_TOKEN": "adm_test_token_0123456789abc", "PAYWELL_KEY": "pw_secret_1", "DING_KEY": "dg_secret_2"}
 	if w := warningsOf(open, env); strings.Contains(w, "readable by every user") {
 		t.Errorf("a 0644 file whose secrets come from the environment: warnings\n%s\nwant none of readers", w)
+	}
+}
+
+// TestConnectionsPerAddressDefault: left out, max_connections_per_address is a quarter of the
+// listener's max_connections, rounded up; 0 given is kept: no limit per address.
+func TestConnectionsPerAddressDefault(t *testing.T) {
+	for _, tc := range []struct {
+		extra          string
+		perAddr, admin int
+	}{
+		{"", 1024, 16},
+		{"max_connections: 40\nadmin_max_connections: 3\n", 10, 1},
+		{"max_connections: 1\nadmin_max_connections: 1\n", 1, 1},
+		{"max_connections: 40\nmax_connections_per_address: 0\nadmin_max_connections_per_address: 64\n", 0, 64},
+		{"max_connections_per_address: ${PAYROUTER_UNSET_PER_ADDRESS:-}\n", 1024, 16},
+	} {
+		c := mustParse(t, withTLS(tc.extra))
+		if c.MaxConnectionsPerAddress != tc.perAddr || c.AdminMaxConnectionsPerAddress != tc.admin {
+			t.Errorf("%q: max_connections_per_address %d, admin %d; want %d, %d", tc.extra, c.MaxConnectionsPerAddress, c.AdminMaxConnectionsPerAddress, tc.perAddr, tc.admin)
+		}
 	}
 }

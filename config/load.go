@@ -151,6 +151,12 @@ func applyDefaults(c *Config, present map[string]bool) {
 	if !present["admin_max_connections"] {
 		c.AdminMaxConnections = defaultAdminMaxConnections
 	}
+	if !present["max_connections_per_address"] {
+		c.MaxConnectionsPerAddress = defaultPerAddress(c.MaxConnections)
+	}
+	if !present["admin_max_connections_per_address"] {
+		c.AdminMaxConnectionsPerAddress = defaultPerAddress(c.AdminMaxConnections)
+	}
 	defDuration(&c.IdleTimeout, present["idle_timeout"], defaultIdleTimeout)
 	defDuration(&c.AdminIdleTimeout, present["admin_idle_timeout"], defaultIdleTimeout)
 	for _, t := range []*ListenerTLS{c.TLS, c.AdminTLS} {

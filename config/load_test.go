@@ -135,8 +135,8 @@ gateways:
 		Routes:       []routing.Route{{Name: "default", Gateways: []string{"b", "a"}, Strategy: routing.Ordered}},
 		Fallbacks:    Fallbacks{Charge: FallbackFail, Refund: FallbackQueue, Status: FallbackDegrade},
 
-		MaxConnections: 4096, IdleTimeout: 75 * time.Second,
-		AdminMaxConnections: 64, AdminIdleTimeout: 75 * time.Second,
+		MaxConnections: 4096, MaxConnectionsPerAddress: 1024, IdleTimeout: 75 * time.Second,
+		AdminMaxConnections: 64, AdminMaxConnectionsPerAddress: 16, AdminIdleTimeout: 75 * time.Second,
 		Limits: Limits{RequestsPerSecond: 200, Burst: 400, KeyShare: 0.5, AuthFailuresPerMinute: 20},
 	}
 	c.literalSecrets = nil // the key written in the file: fileWarnings' business, tested there

@@ -291,7 +291,8 @@ func TestIdleConnectionsBounded(t *testing.T) {
 		clients  = 300
 		idle     = 2 * time.Second
 	)
-	_, pr := startListenerPayrouter(t, listenerSetup{extra: fmt.Sprintf("max_connections: %d\nidle_timeout: %s\n", maxConns, idle)})
+	// All the clients come from one address: no limit per address, so that they meet the cap.
+	_, pr := startListenerPayrouter(t, listenerSetup{extra: fmt.Sprintf("max_connections: %d\nmax_connections_per_address: 0\nidle_timeout: %s\n", maxConns, idle)})
 	gauge := func(name string) float64 {
 		t.Helper()
 		m, err := pr.metrics()

@@ -1,12 +1,14 @@
 // Package listener is what payrouter's two listeners put between the network and net/http: an
-// optional TLS layer whose certificate can be swapped while connections are open, a cap on open
-// connections that closes the longest-idle keep-alive connection to make room for a new client,
-// and a guard that refuses requests carrying both Content-Length and Transfer-Encoding and closes
-// their connection (RFC 9112 section 6.1), which net/http alone does not do.
+// optional TLS layer whose certificate can be swapped while connections are open; a cap on open
+// connections, and on each client address's share of them, that closes a connection waiting
+// without a request (silent, part of a head, or idle between requests) to make room for a new
+// client and never one serving a request (conns.go); and a guard that refuses requests carrying
+// both Content-Length and Transfer-Encoding and closes their connection (RFC 9112 section 6.1),
+// which net/http alone does not do.
 //
 // Use: Listen, then Attach to the http.Server that serves it, then Serve:
 //
-//	l, err := listener.Listen("tcp", addr, listener.Options{TLS: cfg, MaxConnections: 4096})
+//	l, err := listener.Listen("tcp", addr, listener.Options{TLS: cfg, MaxConnections: 4096, MaxConnectionsPerAddress: 1024})
 //	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 75 * time.Second}
 //	l.Attach(srv)
 //	srv.Serve(l)
@@ -37,12 +39,21 @@ type Options struct {
 	TLS *tls.Config
 	// MaxConnections is the most connections open at once; 0: no cap.
 	MaxConnections int
+	// MaxConnectionsPerAddress is the most connections one client address (an IPv4 address,
+	// an IPv6 /64) holds open at once; 0: no limit but MaxConnections.
+	MaxConnectionsPerAddress int
+	// HeadGrace is how long a connection may take to send a request head before it is among
+	// the first closed to make room (conns.go); default DefaultHeadGrace.
+	HeadGrace time.Duration
+	// Observer is told of the connections closed to make room and those refused; nil: none.
+	Observer Observer
 	// HandshakeTimeout bounds a TLS handshake; default 5s.
 	HandshakeTimeout time.Duration
 	// Refuse answers a request refused for its framing, on a connection that closes after it.
 	// nil: a plain 400.
 	Refuse func(w http.ResponseWriter, r *http.Request)
-	// Log receives the refusals and failed TLS handshakes; nil: slog.Default().
+	// Log receives the framing refusals, the failed TLS handshakes, and (one line at most every
+	// 10s of each) the connections closed to make room and those refused; nil: slog.Default().
 	Log *slog.Logger
 }
 
@@ -55,13 +66,17 @@ type Listener struct {
 	tlsConfig atomic.Pointer[tls.Config] // nil for a plain listener
 	base      *tls.Config                // hands every handshake the current tlsConfig
 
-	slots    chan struct{} // one per open connection; nil without a cap
-	wentIdle chan struct{} // a connection became idle (for an Accept waiting for a slot)
-	done     chan struct{} // closed by Close
-	once     sync.Once
+	done chan struct{} // closed by Close
+	once sync.Once
 
-	mu   sync.Mutex
-	idle map[net.Conn]time.Time // connections idle between requests, since when
+	epoch                 time.Time // conn.heard counts from here
+	closedLog, refusedLog sampledLog
+
+	mu      sync.Mutex
+	open    int                           // connections counted
+	conns   map[*conn]struct{}            // every connection counted
+	byAddr  map[string]map[*conn]struct{} // the same, by client address (addressKey)
+	waiting []chan struct{}               // admits waiting for a connection to end or go idle
 }
 
 // Listen announces on the local network address and returns the Listener.
@@ -78,13 +93,13 @@ func New(inner net.Listener, opts Options) *Listener {
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 5 * time.Second
 	}
-	l := &Listener{inner: inner, opts: opts, log: opts.Log, done: make(chan struct{}), idle: map[net.Conn]time.Time{},
-		wentIdle: make(chan struct{}, 1)}
+	if opts.HeadGrace <= 0 {
+		opts.HeadGrace = DefaultHeadGrace
+	}
+	l := &Listener{inner: inner, opts: opts, log: opts.Log, done: make(chan struct{}), epoch: time.Now(),
+		conns: map[*conn]struct{}{}, byAddr: map[string]map[*conn]struct{}{}}
 	if l.log == nil {
 		l.log = slog.Default()
-	}
-	if opts.MaxConnections > 0 {
-		l.slots = make(chan struct{}, opts.MaxConnections)
 	}
 	if opts.TLS != nil {
 		l.tlsConfig.Store(prepare(opts.TLS))
@@ -131,78 +146,52 @@ func (l *Listener) Close() error {
 	return l.inner.Close()
 }
 
-// Accept waits for the next connection and a free slot for it. When every slot is taken, the
-// connection idle longest between requests is closed to make room: a client waiting to be
-// served matters more than one keeping a connection for later. With none idle, the new
-// connection waits for one to close.
+// Accept waits for the next connection and room for it. When the listener or the connection's
+// client address is full, a connection waiting without a request is closed to make room (the
+// order is in conns.go): a client waiting to be served matters more than one keeping a
+// connection for later. A connection whose address holds its share, every one serving a
+// request, is closed at once, and Accept goes on to the next. When every connection of the
+// listener serves a request, the new one waits for one to end.
 func (l *Listener) Accept() (net.Conn, error) {
-	c, err := l.inner.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if l.slots != nil {
-		if err := l.takeSlot(); err != nil {
-			c.Close()
+	for {
+		raw, err := l.inner.Accept()
+		if err != nil {
 			return nil, err
 		}
-		c = &slotConn{Conn: c, release: func() { <-l.slots }}
-	}
-	g := &guardConn{Conn: c, listener: l}
-	if l.base != nil {
-		g.tls = tls.Server(c, l.base)
-		g.Conn = g.tls
-	}
-	return g, nil
-}
-
-// takeSlot waits for a free slot, closing the longest-idle connection whenever there is one.
-func (l *Listener) takeSlot() error {
-	for {
-		select {
-		case l.slots <- struct{}{}:
-			return nil
-		default:
+		c, err := l.admit(raw)
+		if errors.Is(err, errRefused) {
+			continue
 		}
-		l.closeLongestIdle()
-		select {
-		case l.slots <- struct{}{}:
-			return nil
-		case <-l.wentIdle: // a busy connection became idle: close it for the one waiting
-		case <-l.done:
-			return net.ErrClosed
+		if err != nil {
+			raw.Close()
+			return nil, err
 		}
+		g := &guardConn{Conn: c, listener: l, conn: c}
+		if l.base != nil {
+			g.tls = tls.Server(c, l.base)
+			g.Conn = g.tls
+		}
+		return g, nil
 	}
 }
 
-// closeLongestIdle closes the connection that has been idle between requests the longest.
-func (l *Listener) closeLongestIdle() {
-	l.mu.Lock()
-	var oldest net.Conn
-	var since time.Time
-	for c, t := range l.idle {
-		if oldest == nil || t.Before(since) {
-			oldest, since = c, t
-		}
+// connState follows each connection from waiting to serving a request and back
+// (http.Server.ConnState).
+func (l *Listener) connState(nc net.Conn, state http.ConnState) {
+	g, ok := nc.(*guardConn)
+	if !ok {
+		return
 	}
-	delete(l.idle, oldest)
-	l.mu.Unlock()
-	if oldest != nil {
-		oldest.Close()
-	}
-}
-
-// connState tracks which connections are idle between requests (http.Server.ConnState).
-func (l *Listener) connState(c net.Conn, state http.ConnState) {
+	c := g.conn
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state == http.StateIdle {
-		l.idle[c] = time.Now()
-		select {
-		case l.wentIdle <- struct{}{}:
-		default:
-		}
-	} else {
-		delete(l.idle, c)
+	switch state {
+	case http.StateActive, http.StateHijacked:
+		c.phase = phaseBusy
+	case http.StateIdle:
+		c.heard.Store(0)
+		c.phase, c.since = phaseIdle, time.Now()
+		l.wakeLocked()
 	}
 }
 
@@ -270,24 +259,12 @@ func (l *Listener) guard(next http.Handler) http.Handler {
 	})
 }
 
-// slotConn gives its slot back when it closes.
-type slotConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
 // guardConn is one accepted connection: its TLS layer, if any, and the framing guard over the
 // plain bytes.
 type guardConn struct {
-	net.Conn // the tls.Conn, or the TCP connection
+	net.Conn // the tls.Conn, or conn
 	listener *Listener
+	conn     *conn     // the TCP connection, as the cap counts it
 	tls      *tls.Conn // nil on a plain listener
 
 	mu        sync.Mutex // orders Reads (net/http never reads concurrently) and the handshake
@@ -325,6 +302,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	}
 	n, err := g.Conn.Read(p)
 	if n > 0 {
+		g.conn.hear()
 		if kept := g.framing.feed(p[:n]); kept < n {
 			n, err = kept, nil
 		}
@@ -400,10 +378,8 @@ func (g *guardConn) CloseWrite() error {
 	if cw, ok := g.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
-	if sc, ok := g.Conn.(*slotConn); ok {
-		if cw, ok := sc.Conn.(interface{ CloseWrite() error }); ok {
-			return cw.CloseWrite()
-		}
+	if cw, ok := g.conn.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
 	}
 	return nil
 }

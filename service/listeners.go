@@ -8,6 +8,7 @@ import (
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
+	"github.com/payrouter/payrouter/telemetry"
 )
 
 // handshakeTimeout bounds a client's TLS handshake, as ReadHeaderTimeout bounds its request
@@ -17,31 +18,34 @@ const handshakeTimeout = 5 * time.Second
 // listenerSettings are one listener's settings in the configuration.
 type listenerSettings struct {
 	name     string // the configuration key: "listen" or "admin_listen"
+	label    string // its metrics' listener label: "storefront" or "admin"
 	addr     string
 	tls      *config.ListenerTLS // nil: plain HTTP
 	maxConns int
+	perAddr  int // 0: no limit per client address
 	idle     time.Duration
 }
 
 // listenerSettingsOf lists the storefront's and the admin listener's settings, in that order.
 func listenerSettingsOf(cfg *config.Config) []listenerSettings {
 	return []listenerSettings{
-		{"listen", cfg.Listen, cfg.TLS, cfg.MaxConnections, cfg.IdleTimeout},
-		{"admin_listen", cfg.AdminListen, cfg.AdminTLS, cfg.AdminMaxConnections, cfg.AdminIdleTimeout},
+		{"listen", telemetry.ListenerStorefront, cfg.Listen, cfg.TLS, cfg.MaxConnections, cfg.MaxConnectionsPerAddress, cfg.IdleTimeout},
+		{"admin_listen", telemetry.ListenerAdmin, cfg.AdminListen, cfg.AdminTLS, cfg.AdminMaxConnections, cfg.AdminMaxConnectionsPerAddress, cfg.AdminIdleTimeout},
 	}
 }
 
-// openListeners binds one listener per server, in listenerSettingsOf's order, and prepares each
-// server for its listener (TLS, connection cap, idle timeout, the framing guard). On an error
-// the listeners bound so far are closed.
+// openListeners binds one listener per server, in listenerSettingsOf's order, prepares each
+// server for its listener (TLS, connection cap and per-address share, idle timeout, the framing
+// guard) and exports its open connections. On an error the listeners bound so far are closed.
 func (s *Service) openListeners(cfg *config.Config, servers []*http.Server) ([]*listener.Listener, error) {
 	settings := listenerSettingsOf(cfg)
 	out := make([]*listener.Listener, 0, len(servers))
 	for i, srv := range servers {
 		ls := settings[i]
 		l, err := listener.Listen("tcp", ls.addr, listener.Options{
-			Name: ls.name, TLS: ls.tls.ServerConfig(), MaxConnections: ls.maxConns,
+			Name: ls.name, TLS: ls.tls.ServerConfig(), MaxConnections: ls.maxConns, MaxConnectionsPerAddress: ls.perAddr,
 			HandshakeTimeout: handshakeTimeout, Refuse: httpapi.RefuseFraming, Log: s.log,
+			Observer: s.metrics.Connections(ls.label),
 		})
 		if err != nil {
 			for _, l := range out {
@@ -51,6 +55,7 @@ func (s *Service) openListeners(cfg *config.Config, servers []*http.Server) ([]*
 		}
 		srv.IdleTimeout = ls.idle
 		l.Attach(srv)
+		s.metrics.WatchConnections(ls.label, l.Open)
 		out = append(out, l)
 	}
 	return out, nil

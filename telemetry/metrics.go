@@ -47,6 +47,7 @@ type Metrics struct {
 	authFailures       *prometheus.CounterVec
 	rateLimited        *prometheus.CounterVec // limits.go
 	coordinationErrors *prometheus.CounterVec // coordination.go
+	connections        *connections           // connections.go
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -75,6 +76,7 @@ func NewMetrics() *Metrics {
 		}, []string{"gateway", "operation"}),
 		breakerInfo: newBreakerInfo(),
 		rateLimited: newRateLimited(),
+		connections: newConnections(),
 		reloads:     newReloadInfo(),
 		gatewayDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "payrouter_gateway_request_duration_seconds",
@@ -153,7 +155,7 @@ func NewMetrics() *Metrics {
 	m.queueDepth.WithLabelValues(TaskQueue)
 	m.authFailures = newAuthFailures(reg)
 	m.coordinationErrors = newCoordinationErrors(reg)
-	reg.MustRegister(m.rateLimited)
+	reg.MustRegister(m.rateLimited, m.connections)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

@@ -45,6 +45,17 @@ func (n *Network) Listen(address string) (*Listener, error) {
 // DialContext connects to the listener at address once it accepts the connection; it fails
 // with a refusal when nothing listens there. It has http.Transport's DialContext signature.
 func (n *Network) DialContext(ctx context.Context, _, address string) (net.Conn, error) {
+	return n.dial(ctx, "", address)
+}
+
+// DialFrom is DialContext from the client address from ("10.0.0.2:40000"): the connection's
+// LocalAddr, and its server side's RemoteAddr, are from, so a server can tell clients apart by
+// address as it would on a real network.
+func (n *Network) DialFrom(ctx context.Context, from, address string) (net.Conn, error) {
+	return n.dial(ctx, from, address)
+}
+
+func (n *Network) dial(ctx context.Context, from, address string) (net.Conn, error) {
 	n.mu.Lock()
 	l := n.listeners[address]
 	n.mu.Unlock()
@@ -52,6 +63,10 @@ func (n *Network) DialContext(ctx context.Context, _, address string) (net.Conn,
 		return nil, &net.OpError{Op: "dial", Net: "memnet", Addr: pipeAddr(address), Err: errors.New("connection refused")}
 	}
 	client, server := net.Pipe()
+	if from != "" {
+		client = addrConn{Conn: client, local: pipeAddr(from), remote: pipeAddr(address)}
+		server = addrConn{Conn: server, local: pipeAddr(address), remote: pipeAddr(from)}
+	}
 	select {
 	case l.conns <- server:
 		return client, nil
@@ -65,6 +80,15 @@ func (n *Network) DialContext(ctx context.Context, _, address string) (net.Conn,
 	server.Close()
 	return nil, &net.OpError{Op: "dial", Net: "memnet", Addr: pipeAddr(address), Err: errors.New("connection refused")}
 }
+
+// addrConn is one end of a pipe with the addresses of a network connection.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // Transport returns an HTTP transport whose connections are n's; close its idle connections
 // when done, or their goroutines outlive the test.

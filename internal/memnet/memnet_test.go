@@ -3,6 +3,7 @@ package memnet_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -70,5 +71,35 @@ func TestDialNowhereIsRefused(t *testing.T) {
 	}
 	if _, err := l.Accept(); err == nil {
 		t.Error("Accept on a closed listener: want an error")
+	}
+}
+
+// TestDialFromNamesTheClient: a server sees the address a client dialed from as the
+// connection's RemoteAddr, and a plain dial as the pipe it is.
+func TestDialFromNamesTheClient(t *testing.T) {
+	var n memnet.Network
+	url := n.Serve(t, "who", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.RemoteAddr)
+	}))
+	get := func(dial func(ctx context.Context, network, addr string) (net.Conn, error)) string {
+		t.Helper()
+		tr := &http.Transport{DialContext: dial}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(url + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	from := func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return n.DialFrom(ctx, "10.0.0.2:40000", addr)
+	}
+	if got := get(from); got != "10.0.0.2:40000" {
+		t.Errorf("dialed from 10.0.0.2:40000, the server saw %q", got)
+	}
+	if got := get(n.DialContext); got != "pipe" {
+		t.Errorf("a plain dial: the server saw %q, want pipe", got)
 	}
 }
