@@ -33,6 +33,8 @@ import (
 	tracev1 "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
+	simserver "github.com/payrouter/payrouter/gateways/sim"
 	"github.com/payrouter/payrouter/internal/testpki"
 	"github.com/payrouter/payrouter/pgstore/pgtest"
 )
@@ -640,7 +642,7 @@ func TestSmallerEdges(t *testing.T) {
 	t.Run("gateways get no baggage and no tracestate", testTraceContextToGateways)
 	t.Run("TLS 1.2 with AEAD suites only", testTLSAEADOnly)
 	t.Run("check warns of secrets others can read", testCheckWarnsReadableSecrets)
-	t.Run("refused refund in payrouter's words", testRefusedRefundReason)
+	t.Run("refused refund and capture in payrouter's words", testRefusedRefundReason)
 	t.Run("unknown-field errors capped", testUnknownFieldsCapped)
 }
 
@@ -813,8 +815,15 @@ var cbcSHA1Suites = []uint16{
 }
 
 // testTLSAEADOnly: on both TLS listeners, a TLS 1.2 client offering only CBC-SHA1 suites fails
-// the handshake, and a TLS 1.2 client with Go's default suites gets an AEAD one.
+// the handshake, and a TLS 1.2 client with Go's default suites gets an AEAD one; and to a
+// gateway, payrouter does not charge through a TLS 1.2 gateway offering only CBC-SHA1 suites
+// (nothing reaches it, the attempt is unavailable) while one offering AEAD suites is charged.
 func testTLSAEADOnly(t *testing.T) {
+	t.Run("listeners", testListenersAEADOnly)
+	t.Run("to a gateway", testGatewayAEADOnly)
+}
+
+func testListenersAEADOnly(t *testing.T) {
 	ca := testpki.NewCA(t, "aead")
 	client := &tls.Config{RootCAs: ca.Pool()}
 	_, pr := startListenerPayrouter(t, listenerSetup{
@@ -840,6 +849,56 @@ func testTLSAEADOnly(t *testing.T) {
 	eventually(t, 5*time.Second, "the refused handshakes logged", func() (bool, string) {
 		return strings.Count(pr.proc.out.String(), `"msg":"tls.handshake_failed"`) >= 2, "fewer than 2 tls.handshake_failed lines"
 	})
+}
+
+func testGatewayAEADOnly(t *testing.T) {
+	ca := testpki.NewCA(t, "gateway-aead")
+	s := startSims(t)
+	for _, gw := range []struct {
+		name   string
+		suites []uint16 // nil: Go's defaults
+		want   int
+	}{
+		{"a TLS 1.2 gateway offering only CBC-SHA1 suites", cbcSHA1Suites, http.StatusServiceUnavailable},
+		{"a TLS 1.2 gateway offering Go's default suites", nil, http.StatusCreated},
+	} {
+		paywell, url := tlsPaywell(t, ca, gw.suites)
+		in := startPayrouterEdited(t, s, edgeConfig(""), func(yaml string) string {
+			return strings.Replace(yaml, fmt.Sprintf("base_url: %q\n", s.paywell.url),
+				fmt.Sprintf("base_url: %q\n    tls: {ca_file: %q}\n", url, ca.CertFile), 1)
+		})
+		r, a := in.mustCharge(t, 1999, "USD", "tok_visa")
+		t.Logf("%s: %s; it saw %d calls", gw.name, r, paywell.Stats().Requests)
+		if r.status != gw.want {
+			t.Errorf("a charge at %s: want %d; got %s", gw.name, gw.want, r)
+		}
+		if gw.suites == nil {
+			continue
+		}
+		if describe(a.Attempts) != "[paywell/unavailable]" {
+			t.Errorf("a charge at %s: want the one attempt paywell/unavailable (no request could reach it); got %s", gw.name, describe(a.Attempts))
+		}
+		if n := paywell.Stats().Requests; n != 0 {
+			t.Errorf("%s received %d calls; want none: no handshake completes", gw.name, n)
+		}
+	}
+}
+
+// tlsPaywell serves paywell's simulator over TLS 1.2 at most, with ca's certificate for
+// 127.0.0.1 and only suites (nil: Go's defaults), as a gateway that has not moved past them:
+// gatewaysim's TLS cannot be narrowed so. It returns the simulator and its base URL.
+func tlsPaywell(t *testing.T, ca *testpki.CA, suites []uint16) (*simserver.Server, string) {
+	t.Helper()
+	gw := paywellsim.New()
+	srv := httptest.NewUnstartedServer(gw)
+	srv.TLS = &tls.Config{
+		Certificates: []tls.Certificate{ca.Server(t, fmt.Sprintf("paywell-%d", keySeq.Add(1)), "127.0.0.1").TLS(t)},
+		MaxVersion:   tls.VersionTLS12, CipherSuites: suites,
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	t.Cleanup(gw.Close) // before the server closes: nothing waits on it
+	return gw, srv.URL
 }
 
 // aeadSuites are TLS 1.2's ECDHE suites with AES-GCM or ChaCha20-Poly1305.
@@ -921,18 +980,15 @@ func runCheck(t *testing.T, path string) string {
 // testRefusedRefundReason: a charge refunded at the gateway behind payrouter's back (from the
 // gateway's own dashboard) is refunded again through payrouter; the gateway refuses it. The
 // answer, the refund's failure_reason and its refund.failed event say so in payrouter's words
-// with a reason code, never in the gateway's text, which is in the refund.attempt log line.
+// with a reason code, never in the gateway's text, which is in the refund.attempt log line. So
+// does the answer to a capture of an authorization voided at the gateway's dashboard.
 func testRefusedRefundReason(t *testing.T) {
 	const gatewayText = "cannot refund a refunded transaction" // paywellsim's message for it
 	s := startSims(t)
 	in := startPayrouter(t, s, edgeConfig(""))
 	r := askStorefront(t, in, "POST", "/charge", chargeWith(nil), "Idempotency-Key", edgeKey("refund-refused"))
-	id, atPaywell := chargeID(t, r), gatewayReferenceOf(t, r)
-	dashboard, err := send(s.paywell.client, "POST", s.paywell.url+"/v1/refunds", []byte(url.Values{"charge": {atPaywell}}.Encode()),
-		"Authorization", "Bearer dashboard", "Content-Type", "application/x-www-form-urlencoded", "Idempotency-Key", "dashboard-refund-1")
-	if err != nil || dashboard.status != http.StatusOK {
-		t.Fatalf("the refund at paywell's own API: want 200; got %v %s", err, dashboard)
-	}
+	id := chargeID(t, r)
+	atPaywellDashboard(t, s, "/v1/refunds", url.Values{"charge": {gatewayReferenceOf(t, r)}})
 
 	refused := askStorefront(t, in, "POST", "/charge/"+id+"/refund", nil, "Idempotency-Key", edgeKey("refund-again"))
 	p := decodeProblem(refused)
@@ -975,6 +1031,41 @@ func testRefusedRefundReason(t *testing.T) {
 		return false, "no refund.attempt line of " + refundID + " quoting the gateway"
 	})
 	t.Logf("failure_reason %q; the 502's detail %q", rf.FailureReason, p.Detail)
+
+	t.Run("a refused capture", func(t *testing.T) {
+		const gatewayText = "cannot capture a voided transaction"
+		auth := askStorefront(t, in, "POST", "/charge", chargeWith(map[string]any{"capture": false}), "Idempotency-Key", edgeKey("capture-refused"))
+		id := chargeID(t, auth)
+		atPaywellDashboard(t, s, "/v1/charges/"+gatewayReferenceOf(t, auth)+"/cancel", url.Values{})
+		refused := askStorefront(t, in, "POST", "/charge/"+id+"/capture", nil, "Idempotency-Key", edgeKey("capture"))
+		p := decodeProblem(refused)
+		why := regexp.MustCompile(`\(([^()]*)\)$`).FindStringSubmatch(p.Detail)
+		if refused.status != http.StatusBadGateway || p.Type != "/problems/gateway-error" || why == nil || !ownWords.MatchString(why[1]) {
+			t.Errorf("a capture paywell refuses: want 502 gateway-error saying why in payrouter's words and a reason code; got %s", refused)
+		}
+		if bytes.Contains(refused.body, []byte(gatewayText)) || bytes.Contains(refused.body, []byte("invalid transaction state")) {
+			t.Errorf("a capture paywell refuses is answered with the gateway's own text: %s", refused.body)
+		}
+		eventually(t, 5*time.Second, "the gateway's text is in the charge.operation_refused log line", func() (bool, string) {
+			for line := range strings.Lines(in.proc.out.String()) {
+				if strings.Contains(line, `"msg":"charge.operation_refused"`) && strings.Contains(line, id) && strings.Contains(line, gatewayText) {
+					return true, ""
+				}
+			}
+			return false, "no charge.operation_refused line of " + id + " quoting the gateway"
+		})
+	})
+}
+
+// atPaywellDashboard does at paywell's own API what a shop's staff does in its dashboard, behind
+// payrouter's back: POST path with form.
+func atPaywellDashboard(t *testing.T, s *sims, path string, form url.Values) {
+	t.Helper()
+	r, err := send(s.paywell.client, "POST", s.paywell.url+path, []byte(form.Encode()), "Authorization", "Bearer dashboard",
+		"Content-Type", "application/x-www-form-urlencoded", "Idempotency-Key", edgeKey("dashboard"))
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("POST %s at paywell's own API: want 200; got %v %s", path, err, r)
+	}
 }
 
 // ownWords is a failure_reason in payrouter's words (payments' whyRefused) with a reason code in
