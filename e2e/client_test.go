@@ -397,6 +397,26 @@ func (s *sim) stats(t *testing.T) simStats {
 	return st
 }
 
+// headerSeen and traceHeaders are GET /_sim/trace_headers: how many API calls carried each
+// trace-context header, and the last value.
+type headerSeen struct {
+	Calls int64  `json:"calls"`
+	Last  string `json:"last"`
+}
+
+type traceHeaders struct {
+	Traceparent headerSeen `json:"traceparent"`
+	Tracestate  headerSeen `json:"tracestate"`
+	Baggage     headerSeen `json:"baggage"`
+}
+
+func (s *sim) traceHeaders(t *testing.T) traceHeaders {
+	t.Helper()
+	var th traceHeaders
+	s.control(t, "GET", "/_sim/trace_headers", nil, &th)
+	return th
+}
+
 func (s *sim) ledger(t *testing.T) []ledgerTx {
 	t.Helper()
 	var l struct {

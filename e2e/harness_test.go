@@ -168,10 +168,17 @@ type process struct {
 // failed, prints the end of the process's output and keeps the whole of it in a file.
 func startProcess(t *testing.T, name, path string, args ...string) *process {
 	t.Helper()
+	return startProcessEnv(t, nil, name, path, args...)
+}
+
+// startProcessEnv is startProcess with env ("NAME=value" each) added to the process's
+// environment.
+func startProcessEnv(t *testing.T, env []string, name, path string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, out: &output{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.Env = processEnv()
+	p.cmd.Env = append(processEnv(), env...)
 	p.cmd.WaitDelay = 2 * time.Second // a pipe held open by anything else must not hang Wait
 	setProcAttr(p.cmd)
 	if err := p.cmd.Start(); err != nil {
@@ -506,6 +513,8 @@ type launch struct {
 	name string // labels its output and file; "" is "payrouter"
 	// storefrontTLS and adminTLS are the tests' clients' TLS to each listener; nil: plain HTTP.
 	storefrontTLS, adminTLS *tls.Config
+	// env is added to the process's environment ("NAME=value" each), such as OTEL_* variables.
+	env []string
 }
 
 // startConfigured starts `payrouter serve` on the file text writes for two free ports, and waits
@@ -560,7 +569,7 @@ func serveLaunched(t *testing.T, l launch, path string, listen, admin int) (*ins
 		client:      &http.Client{Timeout: 30 * time.Second, Transport: tlsTransport(l.storefrontTLS, 128)},
 		probeClient: &http.Client{Timeout: 10 * time.Second, Transport: tlsTransport(l.adminTLS, 4)},
 	}
-	in.proc = startProcess(t, l.name, bin.payrouter, "serve", "-config", path)
+	in.proc = startProcessEnv(t, l.env, l.name, bin.payrouter, "serve", "-config", path)
 	for _, w := range []struct {
 		url string
 		cfg *tls.Config

@@ -4,6 +4,10 @@
 // own wire format: its API handlers are registered with Server.Handle, which applies the mode,
 // the counters and the latency around them.
 //
+// GET /_sim/trace_headers shows the W3C trace-context headers (traceparent, tracestate,
+// baggage) the API calls carried, and no other header: a test checks there what its client
+// propagates to a gateway, and the credentials a call carries are never kept.
+//
 // Besides the contract's modes, three behaviors serve chaos tests: process_then_hang, a gateway
 // that moves the money and then never answers (the ledger has the charge, the caller only a
 // timeout); process_then_503, a gateway that moves the money behind a proxy whose connection to
@@ -22,6 +26,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +61,31 @@ type Stats struct {
 	MaxInFlight int64 `json:"max_in_flight"`
 }
 
+// HeaderSeen is how many API calls carried one header since the last reset, and the value the
+// last of them carried (its lines joined by ", ", as one header).
+type HeaderSeen struct {
+	Calls int64  `json:"calls"`
+	Last  string `json:"last"`
+}
+
+// TraceHeaders is what GET /_sim/trace_headers shows: the W3C trace-context headers of the API
+// calls since the last reset (never health or control calls). No other header is kept.
+type TraceHeaders struct {
+	Traceparent HeaderSeen `json:"traceparent"`
+	Tracestate  HeaderSeen `json:"tracestate"`
+	Baggage     HeaderSeen `json:"baggage"`
+}
+
+// see counts the trace-context headers of one API call's header h.
+func (th *TraceHeaders) see(h http.Header) {
+	for name, seen := range map[string]*HeaderSeen{"Traceparent": &th.Traceparent, "Tracestate": &th.Tracestate, "Baggage": &th.Baggage} {
+		if v, ok := h[name]; ok {
+			seen.Calls++
+			seen.Last = strings.Join(v, ", ")
+		}
+	}
+}
+
 // Server is one simulated gateway: an http.Handler serving the fake's API, GET /health and the
 // control API under /_sim/, with the ledger and behavior reachable from Go for tests. It is safe
 // for concurrent use.
@@ -70,6 +100,7 @@ type Server struct {
 	mu       sync.Mutex
 	behavior Behavior
 	stats    Stats
+	trace    TraceHeaders
 	// gen counts resets: a request counts in_flight only in the generation it started in, so a
 	// reset while a call hangs leaves the new counters at zero rather than going negative.
 	gen uint64
@@ -104,6 +135,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("PUT /_sim/behavior", s.putBehavior)
 	s.mux.HandleFunc("GET /_sim/stats", s.getStats)
 	s.mux.HandleFunc("GET /_sim/ledger", s.getLedger)
+	s.mux.HandleFunc("GET /_sim/trace_headers", s.getTraceHeaders)
 	s.mux.HandleFunc("POST /_sim/reset", s.postReset)
 	return s
 }
@@ -178,12 +210,20 @@ func (s *Server) Stats() Stats {
 	return s.stats
 }
 
-// Reset sets the behavior back to normal and empties the counters and the ledger. Calls in
-// progress are not interrupted, but no longer counted.
+// TraceHeaders returns the trace-context headers the API calls carried since the last reset.
+func (s *Server) TraceHeaders() TraceHeaders {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.trace
+}
+
+// Reset sets the behavior back to normal and empties the counters, the trace headers seen and
+// the ledger. Calls in progress are not interrupted, but no longer counted.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	s.behavior = Behavior{Mode: ModeNormal}
 	s.stats = Stats{}
+	s.trace = TraceHeaders{}
 	s.gen++
 	s.mu.Unlock()
 	s.ledger.Reset()
@@ -196,11 +236,12 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.done) })
 }
 
-// begin counts a call to the API; the returned func ends it.
-func (s *Server) begin() func() {
+// begin counts a call to the API, with its header's trace context; the returned func ends it.
+func (s *Server) begin(h http.Header) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gen := s.gen
+	s.trace.see(h)
 	s.stats.Requests++
 	s.stats.InFlight++
 	s.stats.MaxInFlight = max(s.stats.MaxInFlight, s.stats.InFlight)
@@ -216,7 +257,7 @@ func (s *Server) begin() func() {
 // api is the middleware every API handler goes through: counters, mode, latency.
 func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		defer s.begin()()
+		defer s.begin(r.Header)()
 		b := s.Behavior() // the behavior when the request arrived holds for all of it
 		delay := b.delay(s.rand())
 		r = r.WithContext(context.WithValue(r.Context(), behaviorKey{}, b))
@@ -368,6 +409,10 @@ func (s *Server) getStats(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Server) getLedger(w http.ResponseWriter, _ *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string][]Tx{"transactions": s.ledger.Transactions()})
+}
+
+func (s *Server) getTraceHeaders(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, s.TraceHeaders())
 }
 
 func (s *Server) postReset(w http.ResponseWriter, _ *http.Request) {

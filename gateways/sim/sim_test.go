@@ -614,3 +614,61 @@ func TestRefundUnchecked(t *testing.T) {
 		t.Errorf("behavior after reset: %+v, want refunds checked", got)
 	}
 }
+
+// TestTraceHeaders: GET /_sim/trace_headers counts the API calls that carried each W3C
+// trace-context header and shows the last value; health and control calls are not counted, no
+// other header (the credentials) is shown, and a reset empties it.
+func TestTraceHeaders(t *testing.T) {
+	s, url := fake(t)
+	ctx := within(t, 10*time.Second)
+	send := func(path string, header ...string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, "POST", url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Add(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	const tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const tp2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	send("/pay?ref=t1&token=tok_visa", "Traceparent", tp1, "Tracestate", "shop=a", "Baggage", "user=1", "Authorization", "Bearer sk_secret_1")
+	send("/pay?ref=t2&token=tok_visa", "Traceparent", tp2, "Baggage", "a=1", "Baggage", "b=2")
+	send("/pay?ref=t3&token=tok_visa")
+	// Not API calls: never counted.
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/health", nil)
+	req.Header.Set("Baggage", "probe=1")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+
+	want := sim.TraceHeaders{
+		Traceparent: sim.HeaderSeen{Calls: 2, Last: tp2},
+		Tracestate:  sim.HeaderSeen{Calls: 1, Last: "shop=a"},
+		Baggage:     sim.HeaderSeen{Calls: 2, Last: "a=1, b=2"},
+	}
+	if got := s.TraceHeaders(); got != want {
+		t.Errorf("TraceHeaders after three calls: %+v, want %+v", got, want)
+	}
+	a := call(ctx, "GET", url+"/_sim/trace_headers", "")
+	var view sim.TraceHeaders
+	if a.status != 200 || json.Unmarshal([]byte(a.body), &view) != nil || view != want {
+		t.Errorf("GET /_sim/trace_headers: %+v, want 200 with %+v", a, want)
+	}
+	if strings.Contains(a.body, "sk_secret_1") || strings.Contains(a.body, "uthorization") {
+		t.Errorf("GET /_sim/trace_headers shows another header: %s", a.body)
+	}
+
+	call(ctx, "POST", url+"/_sim/reset", "")
+	if a := call(ctx, "GET", url+"/_sim/trace_headers", ""); strings.TrimSpace(a.body) !=
+		`{"traceparent":{"calls":0,"last":""},"tracestate":{"calls":0,"last":""},"baggage":{"calls":0,"last":""}}` {
+		t.Errorf("GET /_sim/trace_headers after a reset: %s", a.body)
+	}
+}
