@@ -223,7 +223,10 @@ func successOf(op payrouter.Operation, status int, body []byte) payrouter.Result
 		if raw := bytes.TrimSpace(rf.Charge); len(raw) > 0 && raw[0] == '{' {
 			var c charge
 			if json.Unmarshal(raw, &c) == nil {
-				if st := c.state(); st != payrouter.TxUnknown && st != payrouter.TxDeclined && st != payrouter.TxPending {
+				// Only a captured charge can be refunded: any other state is not the charge's
+				// after this refund, and is not reported.
+				switch st := c.state(); st {
+				case payrouter.TxCaptured, payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
 					r.State = st
 				}
 			}

@@ -146,6 +146,8 @@ func TestResultOf(t *testing.T) {
 			`{"id":"re_1","object":"refund","amount":500,"status":"succeeded","charge":` + partialCharge + `}`, want{ok, payrouter.TxPartiallyRefunded, "", "", ""}},
 		{"full refund, charge expanded", payrouter.OpRefund, 200, js,
 			`{"id":"re_1","object":"refund","amount":2000,"status":"succeeded","charge":` + refundedCharge + `}`, want{ok, payrouter.TxRefunded, "", "", ""}},
+		{"refund, expanded charge not captured", payrouter.OpRefund, 200, js,
+			`{"id":"re_1","object":"refund","status":"succeeded","charge":` + authorizedCh + `}`, want{ok, payrouter.TxUnknown, "", "", ""}},
 		{"refund, charge not expanded", payrouter.OpRefund, 200, js, `{"id":"re_1","object":"refund","status":"succeeded","charge":"ch_1"}`, want{ok, payrouter.TxUnknown, "", "", ""}},
 		{"refund, expanded charge unreadable", payrouter.OpRefund, 200, js, `{"id":"re_1","object":"refund","status":"succeeded","charge":{"id":7}}`, want{ok, payrouter.TxUnknown, "", "", ""}},
 		{"refund pending", payrouter.OpRefund, 200, js, `{"id":"re_1","object":"refund","status":"pending","charge":"ch_1"}`, want{pending, payrouter.TxUnknown, "", "", "re_1"}},

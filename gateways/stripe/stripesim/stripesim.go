@@ -238,6 +238,9 @@ func (f *fake) check(r *http.Request, allowed params) (a answer, key, fingerprin
 	if r.Method == http.MethodGet {
 		form = r.URL.Query()
 	} else {
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+			return invalidParam("", "", fmt.Sprintf("Request's `Content-Type` header was %q. Expected: `application/x-www-form-urlencoded`.", ct)), "", ""
+		}
 		if err := r.ParseForm(); err != nil {
 			return invalidParam("", "", "Invalid request body: "+err.Error()), "", ""
 		}
