@@ -61,9 +61,9 @@ func buildBinaries(t *testing.T) binaries {
 }
 
 // reservedPort reports ports other tools on the machine expect to own: the demo's (8080, 9090,
-// 9101-9103) and 27000-27999.
+// 9101-9104) and 27000-27999.
 func reservedPort(p int) bool {
-	return p == 8080 || p == 9090 || (p >= 9101 && p <= 9103) || (p >= 27000 && p <= 27999)
+	return p == 8080 || p == 9090 || (p >= 9101 && p <= 9104) || (p >= 27000 && p <= 27999)
 }
 
 // freeAddrs returns n distinct free loopback addresses. They are all held open until all are

@@ -148,9 +148,13 @@ type Idempotency struct {
 // policies its calls go through, each owned by package resilience (the timeout, the bulkhead and
 // the breaker), with their defaults and zero values documented there.
 type Gateway struct {
-	Kind        string            `yaml:"kind"`     // adapter: paywell | ding | tranglo
+	Kind        string            `yaml:"kind"`     // adapter: paywell | ding | tranglo | stripe
 	BaseURL     string            `yaml:"base_url"` // absolute http(s) URL
 	Credentials map[string]string `yaml:"credentials"`
+	// APIVersion is the version of the gateway's API its adapter pins in every request: for kind
+	// stripe (required), the Stripe-Version header, so the account's default version in Stripe's
+	// dashboard never changes what payrouter reads. The other kinds refuse it. No default.
+	APIVersion string `yaml:"api_version"`
 	// TimeoutSettings are timeout and operations.<op>.timeout.
 	resilience.TimeoutSettings `yaml:",inline"`
 	// BulkheadSettings are max_concurrent and max_wait.

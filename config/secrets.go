@@ -13,11 +13,12 @@ import (
 // read them, so serve refuses them unless both listeners are on loopback (see weakSecrets).
 // Keep this the one list: a new demo secret goes here.
 var DemoSecrets = []string{
-	"sk_test_demo",    // auth.api_keys
-	"admin_test_demo", // auth.admin_token
-	"pw_test_demo",    // gateways.paywell.credentials.api_key
-	"dg_test_demo",    // gateways.ding.credentials.api_key
-	"tg_test_demo",    // gateways.tranglo.credentials.api_key
+	"sk_test_demo",        // auth.api_keys
+	"admin_test_demo",     // auth.admin_token
+	"pw_test_demo",        // gateways.paywell.credentials.api_key
+	"dg_test_demo",        // gateways.ding.credentials.api_key
+	"tg_test_demo",        // gateways.tranglo.credentials.api_key
+	"sk_test_stripe_demo", // gateways.stripe.credentials.api_key (commented out in the demo)
 }
 
 // MinSecretLength is the shortest API key or admin token serve accepts beyond loopback: 24

@@ -14,7 +14,8 @@ import (
 type GatewaySummary struct {
 	Name              string            `json:"name"`
 	Kind              string            `json:"kind"`
-	BaseURL           string            `json:"base_url"` // user info and query values masked
+	BaseURL           string            `json:"base_url"`              // user info and query values masked
+	APIVersion        string            `json:"api_version,omitempty"` // gateways.<name>.api_version, the version the adapter pins
 	Timeout           string            `json:"timeout"`
 	OperationTimeouts map[string]string `json:"operation_timeouts,omitempty"` // overrides only
 	MaxConcurrent     int               `json:"max_concurrent"`
@@ -62,6 +63,7 @@ func (c *Config) Summary() []GatewaySummary {
 			Name:          name,
 			Kind:          g.Kind,
 			BaseURL:       redactURL(g.BaseURL),
+			APIVersion:    g.APIVersion,
 			Timeout:       fmtDuration(g.Timeout),
 			MaxConcurrent: g.MaxConcurrent,
 			MaxWait:       fmtDuration(g.MaxWait),

@@ -282,9 +282,9 @@ func (p *process) dump(t *testing.T) {
 // --- ports and readiness ---------------------------------------------------------------------
 
 // reservedPort reports whether port may be in use beside these tests: the contract suite's
-// (27xxx) and the demo's (8080, 9090, 9101-9103).
+// (27xxx) and the demo's (8080, 9090, 9101-9104).
 func reservedPort(port int) bool {
-	return port/1000 == 27 || port == 8080 || port == 9090 || (port >= 9101 && port <= 9103)
+	return port/1000 == 27 || port == 8080 || port == 9090 || (port >= 9101 && port <= 9104)
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago: the kernel picks each,

@@ -29,7 +29,7 @@ func TestAdaptersNeverQuoteCredentials(t *testing.T) {
 			t.Run(kind+"/"+form, func(t *testing.T) {
 				srv := httptest.NewServer(reflector(kind, form))
 				t.Cleanup(srv.Close)
-				g, err := gateways.New(kind, srv.URL, map[string]string{"api_key": key}, srv.Client())
+				g, err := gateways.NewWith(kind, gateways.Settings{BaseURL: srv.URL, Credentials: map[string]string{"api_key": key}, APIVersion: apiVersion(kind)}, srv.Client())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,6 +80,12 @@ func reflector(kind, form string) http.HandlerFunc {
 		for _, name := range names {
 			echo += " " + name + ": " + strings.Join(r.Header[name], ",")
 		}
+		if kind == "stripe" {
+			// Stripe quotes a refused key first ("Invalid API Key provided: sk_..."), and its
+			// requests are long enough that a key quoted after the body would be cut from the
+			// message before it could show.
+			echo = "Invalid API Key provided: " + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + "; " + echo
+		}
 		answer := func(status int, v any) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
@@ -91,7 +97,7 @@ func reflector(kind, form string) http.HandlerFunc {
 			return
 		}
 		switch kind {
-		case "paywell":
+		case "paywell", "stripe":
 			e := map[string]string{"type": "invalid_request_error", "code": "parameter_invalid", "message": echo}
 			status := http.StatusBadRequest
 			if form == "decline" {

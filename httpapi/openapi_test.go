@@ -386,6 +386,16 @@ func TestOpenAPI(t *testing.T) {
 		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 500)
 		st.reloader.set(same, nil)
 		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200) // back to the stack's own settings
+		// A stripe gateway (in no route, never called) shows the api_version it pins.
+		withStripe := strings.Replace(same, "routes:\n", "  stripe:\n    kind: stripe\n    base_url: https://api.stripe.example\n"+
+			"    api_version: \"2026-08-26.dahlia\"\n    credentials: {api_key: sk_test_spec}\nroutes:\n", 1)
+		st.reloader.set(withStripe, nil)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200)
+		if a := st.expect(t, st.adminGet(t, st.admin, "/admin/gateways"), 200); !strings.Contains(string(a.body), `"api_version":"2026-08-26.dahlia"`) {
+			t.Errorf("/admin/gateways with a stripe gateway: %s", a.body)
+		}
+		st.reloader.set(same, nil)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200)
 		// The status page and its script need no token, even with the admin API disabled.
 		for _, path := range []string{"/admin/", "/admin/statuspage.js"} {
 			for _, srv := range []*specServer{st.admin, st.adminOff} {

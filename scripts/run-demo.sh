@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make run: the three simulated gateways and payrouter on the demo configuration, in the
-# foreground. Ctrl-C stops both. Ports: gateways 9101-9103, storefront 8080, admin 9090.
+# make run: the simulated gateways and payrouter on the demo configuration, in the foreground.
+# Ctrl-C stops both. Ports: gateways 9101-9103 and the simulated Stripe 9104 (in no route of the
+# demo until its gateway is uncommented in configs/payrouter.yaml), storefront 8080, admin 9090.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ export PAYROUTER_ADMIN_TOKEN="${PAYROUTER_ADMIN_TOKEN:-admin_test_demo}"
 export PAYWELL_API_KEY="${PAYWELL_API_KEY:-pw_test_demo}"
 export DING_API_KEY="${DING_API_KEY:-dg_test_demo}"
 export TRANGLO_API_KEY="${TRANGLO_API_KEY:-tg_test_demo}"
+export STRIPE_SECRET_KEY="${STRIPE_SECRET_KEY:-sk_test_stripe_demo}"
 
 pids=()
 cleanup() {
@@ -21,7 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-bin/gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103 &
+bin/gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103 -stripe 127.0.0.1:9104 &
 pids+=("$!")
 bin/payrouter serve -config configs/payrouter.yaml &
 pids+=("$!")

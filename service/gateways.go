@@ -46,13 +46,13 @@ func (s *Service) wireGateways(cfg, prev *config.Config) (renewedChecks []string
 			}
 			continue
 		}
-		gw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, client)
+		gw, err := gateways.NewWith(g.Kind, adapterSettings(g), client)
 		if err != nil {
 			return nil, fmt.Errorf("gateways.%s: %w", name, err)
 		}
 		adapters[name], clients[name] = gw, client
 		if g.Breaker.OutOfBand() {
-			pgw, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, s.domains.ProbeClient(name))
+			pgw, err := gateways.NewWith(g.Kind, adapterSettings(g), s.domains.ProbeClient(name))
 			if err != nil {
 				return nil, fmt.Errorf("gateways.%s: %w", name, err)
 			}
@@ -62,4 +62,9 @@ func (s *Service) wireGateways(cfg, prev *config.Config) (renewedChecks []string
 	}
 	s.adapters, s.checks, s.clients = adapters, checks, clients
 	return renewedChecks, nil
+}
+
+// adapterSettings is what a gateway's configuration says of its adapter.
+func adapterSettings(g config.Gateway) gateways.Settings {
+	return gateways.Settings{BaseURL: g.BaseURL, Credentials: g.Credentials, APIVersion: g.APIVersion}
 }

@@ -50,7 +50,7 @@ func Validate(ctx context.Context, cfg *config.Config, getenv func(string) strin
 func dryRunAdapters(cfg *config.Config) error {
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
-		if _, err := gateways.New(g.Kind, g.BaseURL, g.Credentials, gatewayhttp.NewClient(refuseAll{})); err != nil {
+		if _, err := gateways.NewWith(g.Kind, adapterSettings(g), gatewayhttp.NewClient(refuseAll{})); err != nil {
 			return fmt.Errorf("gateways.%s: %w", name, err)
 		}
 	}

@@ -1,10 +1,12 @@
-// Command gatewaysim runs the three simulated gateways (paywell, ding, tranglo) as real HTTP
-// servers, each on its own address, each with its control API under /_sim/ (docs/simulator.md;
-// its flags: docs/cli.md):
+// Command gatewaysim runs the simulated gateways (paywell, ding, tranglo, and stripe when asked
+// for) as real HTTP servers, each on its own address, each with its control API under /_sim/
+// (docs/simulator.md; its flags: docs/cli.md):
 //
-//	gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103
+//	gatewaysim -paywell 127.0.0.1:9101 -ding 127.0.0.1:9102 -tranglo 127.0.0.1:9103 -stripe 127.0.0.1:9104
 //
-// The defaults are the addresses the demo configuration uses. It logs one JSON line per listener
+// The defaults are the addresses the demo configuration uses; the simulated Stripe is served only
+// with -stripe, so that a run naming the three others' ports (the tests, the benchmarks) binds
+// nothing more. It logs one JSON line per listener
 // when it starts and one per control call; SIGINT or SIGTERM stops it, hung calls included.
 //
 // With -tls-cert and -tls-key every gateway is served over HTTPS (TLS 1.2 at least) with that
@@ -37,6 +39,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/ding/dingsim"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
 	"github.com/payrouter/payrouter/gateways/sim"
+	"github.com/payrouter/payrouter/gateways/stripe/stripesim"
 	"github.com/payrouter/payrouter/gateways/tranglo/tranglosim"
 )
 
@@ -71,13 +74,13 @@ type gateway struct {
 	srv  *http.Server
 }
 
-// run serves the three fakes until ctx is done or one server fails.
+// run serves the fakes until ctx is done or one server fails.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gatewaysim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: gatewaysim [-paywell ADDR] [-ding ADDR] [-tranglo ADDR] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]")
-		fmt.Fprintln(fs.Output(), "Serves the three simulated gateways, over HTTPS when -tls-cert and -tls-key are given (one certificate for all three), requiring a client certificate when -tls-client-ca is given too.")
+		fmt.Fprintln(fs.Output(), "usage: gatewaysim [-paywell ADDR] [-ding ADDR] [-tranglo ADDR] [-stripe ADDR] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]]")
+		fmt.Fprintln(fs.Output(), "Serves the simulated gateways (stripe only with -stripe), over HTTPS when -tls-cert and -tls-key are given (one certificate for all), requiring a client certificate when -tls-client-ca is given too.")
 		fs.PrintDefaults()
 	}
 	addrs := []struct {
@@ -88,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		{"paywell", fs.String("paywell", "127.0.0.1:9101", "listen address of the simulated Paywell (Stripe-like)"), paywellsim.New},
 		{"ding", fs.String("ding", "127.0.0.1:9102", "listen address of the simulated Ding (DingConnect-like)"), dingsim.New},
 		{"tranglo", fs.String("tranglo", "127.0.0.1:9103", "listen address of the simulated Tranglo (GloRemit-like)"), tranglosim.New},
+		{"stripe", fs.String("stripe", "", "listen address of the simulated Stripe (PaymentIntents API), such as 127.0.0.1:9104; empty: not served"), stripesim.New},
 	}
 	certFile := fs.String("tls-cert", "", "PEM certificate to serve every gateway over HTTPS with (needs -tls-key); empty: plain HTTP")
 	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
@@ -118,6 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, a := range addrs {
+		if *a.addr == "" {
+			continue // not asked for
+		}
 		// Every address is bound before any is served, so a taken port fails the start-up as a
 		// whole rather than leaving a partial set running.
 		ln, err := net.Listen("tcp", *a.addr)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,14 +40,18 @@ func (l *lines) urls(t *testing.T) map[string]string {
 	return urls
 }
 
-// start runs gatewaysim on free ports, with extra flags, and waits until it logged its three
-// listeners.
+// start runs gatewaysim on free ports, with extra flags, and waits until it logged its
+// listeners: three, and the simulated Stripe's when extra asks for it.
 func start(t *testing.T, extra ...string) (urls map[string]string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lines{}
 	done := make(chan error, 1)
 	args := append([]string{"-paywell", "127.0.0.1:0", "-ding", "127.0.0.1:0", "-tranglo", "127.0.0.1:0"}, extra...)
+	listeners := 3
+	if slices.Contains(extra, "-stripe") {
+		listeners++
+	}
 	// The wait for the listeners ends early if run returns.
 	waitCtx, endWait := context.WithTimeout(ctx, 10*time.Second)
 	defer endWait()
@@ -54,12 +59,12 @@ func start(t *testing.T, extra ...string) (urls map[string]string, stop func() e
 		done <- run(ctx, args, out, io.Discard)
 		endWait()
 	}()
-	if !out.Await(waitCtx, func(text string) bool { return strings.Count(text, `"msg":"listening"`) >= 3 }) {
+	if !out.Await(waitCtx, func(text string) bool { return strings.Count(text, `"msg":"listening"`) >= listeners }) {
 		select {
 		case err := <-done:
 			t.Fatalf("run returned during start-up: %v\n%s", err, out)
 		default:
-			t.Fatalf("three listeners not logged within 10s:\n%s", out)
+			t.Fatalf("%d listeners not logged within 10s:\n%s", listeners, out)
 		}
 	}
 	var once sync.Once
@@ -112,6 +117,30 @@ func TestRunServesTheThreeGateways(t *testing.T) {
 	}
 	if _, err := get(t.Context(), urls["paywell"]+"/health"); err == nil {
 		t.Error("paywell still answers after run returned")
+	}
+}
+
+// TestRunServesStripeWhenAsked: the simulated Stripe is served on -stripe's address, with the
+// control API, and not at all without it.
+func TestRunServesStripeWhenAsked(t *testing.T) {
+	urls, _ := start(t)
+	if u, ok := urls["stripe"]; ok {
+		t.Fatalf("stripe served at %s without -stripe", u)
+	}
+	urls, stop := start(t, "-stripe", "127.0.0.1:0")
+	url, ok := urls["stripe"]
+	if !ok {
+		t.Fatalf("no listening line for stripe: %v", urls)
+	}
+	if code, err := get(t.Context(), url+"/_sim/stats"); code != 200 || err != nil {
+		t.Errorf("GET %s/_sim/stats = %d, %v; want 200", url, code, err)
+	}
+	// Stripe's own API: a call without a key is refused as Stripe refuses it.
+	if code, err := get(t.Context(), url+"/v1/charges"); code != 401 || err != nil {
+		t.Errorf("GET %s/v1/charges without a key = %d, %v; want 401", url, code, err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after its context ended: %v", err)
 	}
 }
 
@@ -179,7 +208,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		usage bool
 		want  string
 	}{
-		{"unknown flag", []string{"-stripe", "127.0.0.1:0"}, true, "flag provided but not defined"},
+		{"unknown flag", []string{"-adyen", "127.0.0.1:0"}, true, "flag provided but not defined"},
 		{"stray argument", []string{"serve"}, true, "unexpected arguments"},
 		{"address taken", []string{"-paywell", "127.0.0.1:0", "-ding", taken.Addr().String(), "-tranglo", "127.0.0.1:0"}, false, "ding: listen tcp"},
 		{"a certificate without its key", []string{"-tls-cert", "gw.pem"}, true, "-tls-cert and -tls-key go together"},

@@ -10,6 +10,8 @@ import (
 	"github.com/payrouter/payrouter/gateways/gatewaytest"
 	"github.com/payrouter/payrouter/gateways/paywell"
 	"github.com/payrouter/payrouter/gateways/paywell/paywellsim"
+	"github.com/payrouter/payrouter/gateways/stripe"
+	"github.com/payrouter/payrouter/gateways/stripe/stripesim"
 	"github.com/payrouter/payrouter/gateways/tranglo"
 	"github.com/payrouter/payrouter/gateways/tranglo/tranglosim"
 )
@@ -29,6 +31,14 @@ var adapters = []gatewaytest.Adapter{
 		NewClient: func(baseURL string, client *http.Client) (payrouter.Gateway, error) {
 			return ding.New(ding.Config{BaseURL: baseURL, Credentials: map[string]string{"api_key": "dg_test"}}, client)
 		},
+	},
+	{
+		Name:      "stripe",
+		NewServer: stripesim.New,
+		NewClient: func(baseURL string, client *http.Client) (payrouter.Gateway, error) {
+			return stripe.New(stripe.Config{BaseURL: baseURL, Credentials: map[string]string{"api_key": "sk_test_conformance"}, APIVersion: stripe.TestedAPIVersion}, client)
+		},
+		LooksUpFirst: true,
 	},
 	{
 		Name:      "tranglo",

@@ -51,6 +51,9 @@ type Config struct {
 	// the heavy tail (Behavior.SlowShare). It may be called concurrently. nil is math/rand/v2's
 	// Float64; tests set it to pick which calls are slow.
 	Rand func() float64
+	// OnReset empties what a fake keeps beyond the ledger (stripesim's saved idempotent
+	// answers): Reset calls it after emptying the ledger. nil: nothing more to empty.
+	OnReset func()
 }
 
 // Stats is what GET /_sim/stats shows: calls to the gateway's own API, never health or control
@@ -93,6 +96,7 @@ type Server struct {
 	name        string
 	unavailable http.HandlerFunc
 	rand        func() float64
+	onReset     func()
 	mux         *http.ServeMux
 	ledger      *Ledger
 	logger      atomic.Pointer[slog.Logger]
@@ -116,6 +120,7 @@ func New(cfg Config) *Server {
 		name:        cfg.Name,
 		unavailable: cfg.Unavailable,
 		rand:        cfg.Rand,
+		onReset:     cfg.OnReset,
 		mux:         http.NewServeMux(),
 		ledger:      NewLedger(cfg.TxPrefix, cfg.OpPrefix),
 		behavior:    Behavior{Mode: ModeNormal},
@@ -130,7 +135,7 @@ func New(cfg Config) *Server {
 		s.rand = rand.Float64
 	}
 	s.logger.Store(slog.New(slog.DiscardHandler))
-	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /health", s.healthWith(nil))
 	s.mux.HandleFunc("GET /_sim/behavior", s.getBehavior)
 	s.mux.HandleFunc("PUT /_sim/behavior", s.putBehavior)
 	s.mux.HandleFunc("GET /_sim/stats", s.getStats)
@@ -156,6 +161,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // or replaced by a proxy's 503 in process_then_503.
 func (s *Server) Handle(pattern string, h http.HandlerFunc) {
 	s.mux.Handle(pattern, s.api(h))
+}
+
+// HandleHealth registers a health endpoint of the gateway's own API besides GET /health, for a
+// gateway whose adapter probes its health with a call of its API (Stripe has no health
+// endpoint): it behaves as GET /health does in every mode and is not counted, and in normal mode
+// h writes the answer, after the latency.
+func (s *Server) HandleHealth(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, s.healthWith(h))
 }
 
 // Ledger is the fake's ledger of transactions.
@@ -227,6 +240,9 @@ func (s *Server) Reset() {
 	s.gen++
 	s.mu.Unlock()
 	s.ledger.Reset()
+	if s.onReset != nil {
+		s.onReset()
+	}
 }
 
 // Close lets go of every hung request (its connection is dropped without an answer) and of every
@@ -297,13 +313,18 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// health is GET /health: what an out-of-band prober sees. It is not counted, but it behaves like
-// the gateway: slow with the latency, 503 while unavailable or failing, no answer while hung
-// (process_then_hang included), reset while resetting, the proxy's 503 in process_then_503 (the
-// probe goes through the same proxy), so that a probe never reports healthy a gateway its
-// customers cannot use. The heavy tail is left out: it is a share of the API calls,
-// and a probe that drew it would only make a prober's verdict random.
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+// healthWith is GET /health (h nil), or a health endpoint of HandleHealth: what an out-of-band
+// prober sees. It is not counted, but it behaves like the gateway: slow with the latency, 503
+// while unavailable or failing, no answer while hung (process_then_hang included), reset while
+// resetting, the proxy's 503 in process_then_503 (the probe goes through the same proxy), so
+// that a probe never reports healthy a gateway its customers cannot use. The heavy tail is left
+// out: it is a share of the API calls, and a probe that drew it would only make a prober's
+// verdict random.
+func (s *Server) healthWith(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { s.health(w, r, h) }
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request, h http.HandlerFunc) {
 	b := s.Behavior()
 	switch b.Mode {
 	case ModeHang, ModeProcessThenHang:
@@ -322,6 +343,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	case ModeProcessThen503:
 		proxyReset(w)
+		return
+	}
+	if h != nil {
+		h(w, r)
 		return
 	}
 	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -672,3 +672,40 @@ func TestTraceHeaders(t *testing.T) {
 		t.Errorf("GET /_sim/trace_headers after a reset: %s", a.body)
 	}
 }
+
+// TestHandleHealthAndOnReset: a gateway's own health call (HandleHealth) answers as GET /health
+// does, its handler writing the healthy answer, and is not counted; OnReset runs on every reset,
+// the control API's included.
+func TestHandleHealthAndOnReset(t *testing.T) {
+	resets := 0
+	s := sim.New(sim.Config{Name: "test", TxPrefix: "tx_", OpPrefix: "op_", OnReset: func() { resets++ }})
+	s.HandleHealth("GET /v1/ping", func(w http.ResponseWriter, _ *http.Request) {
+		sim.WriteJSON(w, http.StatusOK, map[string]string{"object": "pong"})
+	})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(s.Close)
+	ctx := within(t, 10*time.Second)
+
+	if a := call(ctx, "GET", ts.URL+"/v1/ping", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"object":"pong"}` {
+		t.Fatalf("health call, normal: %+v", a)
+	}
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeUnavailable})
+	if a := call(ctx, "GET", ts.URL+"/v1/ping", ""); a.status != http.StatusServiceUnavailable || strings.Contains(a.body, "pong") {
+		t.Errorf("health call, unavailable: %+v", a)
+	}
+	s.SetBehavior(sim.Behavior{Mode: sim.ModeHang})
+	if a := call(within(t, 100*time.Millisecond), "GET", ts.URL+"/v1/ping", ""); a.err == nil {
+		t.Errorf("health call, hang: %+v; want no answer", a)
+	}
+	if got := s.Stats().Requests; got != 0 {
+		t.Errorf("%d API calls counted for health calls", got)
+	}
+	if a := call(ctx, "POST", ts.URL+"/_sim/reset", ""); a.status != 200 || resets != 1 {
+		t.Fatalf("POST /_sim/reset: %+v, OnReset ran %d times", a, resets)
+	}
+	s.Reset()
+	if resets != 2 {
+		t.Errorf("OnReset ran %d times after two resets", resets)
+	}
+}
