@@ -27,10 +27,13 @@ type transferRecord struct {
 // envelope is every Ding answer: a TransferRecord (SendTransfer and the operations) or Items
 // (ListTransferRecords), with ResultCode and ErrorCodes.
 type envelope struct {
-	TransferRecord *transferRecord  `json:"TransferRecord"`
-	Items          []transferRecord `json:"Items"`
-	ResultCode     int              `json:"ResultCode"`
-	ErrorCodes     []errorCode      `json:"ErrorCodes"`
+	TransferRecord *transferRecord `json:"TransferRecord"`
+	// Items is a look-up's answer, [] when there is none. A pointer, so that an answer without
+	// it is told from an empty one: only an empty list says "not found", and "not found" lets
+	// a charge go on to another gateway.
+	Items      *[]transferRecord `json:"Items"`
+	ResultCode int               `json:"ResultCode"`
+	ErrorCodes []errorCode       `json:"ErrorCodes"`
 }
 
 // What each of Ding's error codes means for the attempt.
@@ -97,10 +100,13 @@ func resultOf(op payrouter.Operation, status int, contentType string, body []byt
 		return failureOf(op, contentType, e)
 	}
 	if op == payrouter.OpStatus {
-		if len(e.Items) == 0 {
+		if e.Items == nil {
+			return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("HTTP %d: a look-up answer without Items: it may have been processed", status)}
+		}
+		if len(*e.Items) == 0 {
 			return payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxNotFound, Detail: detail("no transfer with that DistributorRef")}
 		}
-		return lookupOf(e.Items[0])
+		return lookupOf((*e.Items)[0])
 	}
 	if e.TransferRecord == nil {
 		return payrouter.Result{Outcome: payrouter.OutcomeUnknown, Detail: detail("%s answer without a TransferRecord: it may have been processed", op)}
@@ -161,7 +167,7 @@ func failureOf(op payrouter.Operation, contentType string, e envelope) payrouter
 // carries a TransferRecord, an Item, a success ResultCode or another code contradicts itself:
 // a transfer may exist.
 func notSubmitted(contentType string, e envelope) bool {
-	if !gatewayhttp.IsJSON(contentType) || e.ResultCode != 2 || e.TransferRecord != nil || len(e.Items) > 0 {
+	if !gatewayhttp.IsJSON(contentType) || e.ResultCode != 2 || e.TransferRecord != nil || (e.Items != nil && len(*e.Items) > 0) {
 		return false
 	}
 	for _, ec := range e.ErrorCodes {

@@ -109,7 +109,10 @@ func TestResultOf(t *testing.T) {
 		{"404", payrouter.OpStatus, 404, "", ``, want{payrouter.OutcomeError, "", "", "", "404"}},
 		{"status: found, settled", payrouter.OpStatus, 200, js, `{"ResultCode":1,"ErrorCodes":[],"Items":[` + record("Completed", "Settled") + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxCaptured, "D-1", "", ""}},
 		{"status: nothing", payrouter.OpStatus, 200, js, `{"ResultCode":1,"ErrorCodes":[],"Items":[]}`, want{payrouter.OutcomeSucceeded, payrouter.TxNotFound, "", "", ""}},
-		{"status: no Items at all", payrouter.OpStatus, 200, js, `{"ResultCode":1,"ErrorCodes":[]}`, want{payrouter.OutcomeSucceeded, payrouter.TxNotFound, "", "", ""}},
+		// A look-up answer without its list is not "nothing found": that would send the charge
+		// to another gateway while this one may hold it.
+		{"status: no Items at all", payrouter.OpStatus, 200, js, `{"ResultCode":1,"ErrorCodes":[]}`, want{payrouter.OutcomeUnknown, "", "", "", "without Items"}},
+		{"status: Items null", payrouter.OpStatus, 200, js, `{"ResultCode":1,"ErrorCodes":[],"Items":null}`, want{payrouter.OutcomeUnknown, "", "", "", "without Items"}},
 		{"status: TransferNotFound", payrouter.OpStatus, 200, js, failed("TransferNotFound", ""), want{payrouter.OutcomeSucceeded, payrouter.TxNotFound, "", "", ""}},
 		{"status: declined", payrouter.OpStatus, 200, js, `{"ResultCode":1,"Items":[{"TransferId":{"TransferRef":"D-2"},"ProcessingState":"Failed","DeclineReason":"DoNotHonour"}]}`,
 			want{payrouter.OutcomeSucceeded, payrouter.TxDeclined, "D-2", "do_not_honour", ""}},

@@ -33,10 +33,12 @@ type refund struct {
 	Charge json.RawMessage `json:"charge"`
 }
 
-// chargeList is a list answer.
+// chargeList is a list answer. Data is a pointer so that a list without its data ("data":
+// null, or none) is told from an empty one: only an empty list says "not found", and "not
+// found" lets a charge go on to another gateway.
 type chargeList struct {
-	Object string   `json:"object"`
-	Data   []charge `json:"data"`
+	Object string    `json:"object"`
+	Data   *[]charge `json:"data"`
 }
 
 // apiError is Paywell's error answer.
@@ -141,14 +143,14 @@ func successOf(op payrouter.Operation, status int, body []byte) payrouter.Result
 		if err := json.Unmarshal(body, &l); err != nil {
 			return unreadable(err.Error())
 		}
-		if l.Object != "list" {
+		if l.Object != "list" || l.Data == nil {
 			return unreadable("not a list")
 		}
-		if len(l.Data) == 0 {
+		if len(*l.Data) == 0 {
 			return payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxNotFound,
 				Detail: "paywell: no charge with that Idempotency-Key"}
 		}
-		c := l.Data[0]
+		c := (*l.Data)[0]
 		st := c.state()
 		if c.ID == "" || st == payrouter.TxUnknown {
 			return unreadable(fmt.Sprintf("charge %q in status %q", c.ID, c.Status))

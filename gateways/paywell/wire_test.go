@@ -101,6 +101,9 @@ func TestResultOf(t *testing.T) {
 		{"refund failed", payrouter.OpRefund, 200, js, `{"id":"re_1","object":"refund","status":"failed","charge":"ch_1"}`, want{payrouter.OutcomeError, "", "", "", "failed"}},
 		{"refund answered with a charge", payrouter.OpRefund, 200, js, capturedCharge, want{payrouter.OutcomeUnknown, "", "", "", "not a refund"}},
 		{"status: nothing found", payrouter.OpStatus, 200, js, `{"object":"list","data":[],"has_more":false}`, want{payrouter.OutcomeSucceeded, payrouter.TxNotFound, "", "", ""}},
+		// A list without its data is not "nothing found": that would send the charge elsewhere.
+		{"status: a list whose data is null", payrouter.OpStatus, 200, js, `{"object":"list","data":null}`, want{payrouter.OutcomeUnknown, "", "", "", "not a list"}},
+		{"status: a list with no data", payrouter.OpStatus, 200, js, `{"object":"list"}`, want{payrouter.OutcomeUnknown, "", "", "", "not a list"}},
 		{"status: captured", payrouter.OpStatus, 200, js, `{"object":"list","data":[` + capturedCharge + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxCaptured, "ch_1", "", ""}},
 		{"status: voided", payrouter.OpStatus, 200, js, `{"object":"list","data":[` + voided + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxVoided, "ch_1", "", ""}},
 		{"status: declined", payrouter.OpStatus, 200, js, `{"object":"list","data":[` + failedCharge + `]}`, want{payrouter.OutcomeSucceeded, payrouter.TxDeclined, "ch_1", "insufficient_funds", ""}},

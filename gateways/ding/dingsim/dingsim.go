@@ -70,10 +70,10 @@ type transferRecord struct {
 }
 
 type envelope struct {
-	TransferRecord *transferRecord  `json:"TransferRecord,omitempty"`
-	Items          []transferRecord `json:"Items,omitempty"`
-	ResultCode     int              `json:"ResultCode"`
-	ErrorCodes     []errorCode      `json:"ErrorCodes"`
+	TransferRecord *transferRecord   `json:"TransferRecord,omitempty"`
+	Items          *[]transferRecord `json:"Items,omitempty"` // a look-up's, [] when none
+	ResultCode     int               `json:"ResultCode"`
+	ErrorCodes     []errorCode       `json:"ErrorCodes"`
 }
 
 func ok(w http.ResponseWriter, e envelope) {
@@ -219,7 +219,7 @@ func (f *fake) listTransferRecords(w http.ResponseWriter, r *http.Request) {
 	} else if t, found := f.s.Ledger().Lookup(in.TransferRef); found && in.TransferRef != "" && t.ID == in.TransferRef {
 		items = append(items, *record(t))
 	}
-	ok(w, envelope{Items: items})
+	ok(w, envelope{Items: &items})
 }
 
 // operation is the body of SettleTransfer, CancelTransfer and RefundTransfer.
