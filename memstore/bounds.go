@@ -21,11 +21,12 @@ var ErrFull = payrouter.ErrStateFull
 //
 // Each owner (the API key scope a charge or an idempotency key belongs to) may hold at most
 // maxBytesPerOwner bytes of charges (with their versions kept by events, their events and their
-// refunds) and idempotency keys (with their records), counted as size.go says. An owner at its
-// quota first loses its own settled charges that hold no money (declined, failed, voided,
-// refunded in full, with no refund or task pending and no unexpired key answering from them),
-// written longest ago first; when none is left its new charge and its new idempotency key are
-// refused with ErrFull. A write to a charge held, a completion of a key held, or a refund of a
+// refunds) and idempotency keys (with their records), counted as size.go says; its new charges
+// may take all of it but a reserve for its keys (KeysReserve). An owner at its quota first
+// loses its own settled charges that hold no money (declined, failed, voided, refunded in full,
+// with no refund or task pending and no unexpired key answering from them), written longest
+// ago first; when none is left its new charge and its new idempotency key are refused with
+// ErrFull. A write to a charge held, a completion of a key held, or a refund of a
 // charge held, is never refused: it records what a gateway may already have done. So an owner's
 // count may pass its quota by what its requests under way add, never by a new charge or key.
 // Nothing of another owner is ever dropped or refused because of it.
@@ -118,8 +119,23 @@ type ownerUsage struct {
 	charges, keys int64
 }
 
+// KeysReserve is the part of each owner's quota (1/KeysReserve of it) that its new charges may
+// not take and its new idempotency keys may: an owner whose charges fill the rest still claims
+// the keys of the captures, voids and refunds that settle them, rather than being stuck with
+// authorizations it cannot void until their keys expire.
+const KeysReserve = 16
+
+// limit is what an owner's count may reach with a new key (keys) or a new charge, in quota q.
+func limit(q int64, keys bool) int64 {
+	if keys {
+		return q
+	}
+	return q - q/KeysReserve
+}
+
 // tryAdd adds n bytes (of charges, or of keys when keys is true) to owner's count unless n is
-// positive and would take the owner past its quota; it reports whether it added them.
+// positive and would take the owner past its limit (a new key may fill its quota, a new charge
+// all but the keys' reserve); it reports whether it added them.
 func (s *Store) tryAdd(owner string, n int64, keys bool) bool {
 	return s.count(owner, n, keys, true)
 }
@@ -140,7 +156,7 @@ func (s *Store) count(owner string, n int64, keys, bounded bool) bool {
 	if u == nil {
 		u = &ownerUsage{}
 	}
-	if q := s.quota.Load(); bounded && n > 0 && q > 0 && u.charges+u.keys+n > q {
+	if q := s.quota.Load(); bounded && n > 0 && q > 0 && u.charges+u.keys+n > limit(q, keys) {
 		return false
 	}
 	s.usage[owner] = u

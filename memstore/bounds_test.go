@@ -64,6 +64,11 @@ func bytesOf(t *testing.T, cs ...*payrouter.Charge) int64 {
 	return s.Bytes()
 }
 
+// forCharges is the quota whose room for new charges (all but the keys' reserve) is n bytes.
+func forCharges(n int64) int64 {
+	return n*memstore.KeysReserve/(memstore.KeysReserve-1) + 1
+}
+
 // checkUsage fails when what each owner is counted at differs from a recount of what it holds.
 func checkUsage(t *testing.T, s *memstore.Store) {
 	t.Helper()
@@ -80,7 +85,7 @@ func checkUsage(t *testing.T, s *memstore.Store) {
 func TestBoundsOldestSettledFirst(t *testing.T) {
 	clock := newFakeClock()
 	one := bytesOf(t, charge("ch_x", payrouter.StatusDeclined))
-	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(0, 3*one+one/2))
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(0, forCharges(3*one+one/2)))
 	for i := range 5 {
 		save(t, s, charge(fmt.Sprintf("ch_%d", i), payrouter.StatusDeclined))
 		clock.Advance(time.Second)
@@ -107,7 +112,7 @@ func TestBoundsOldestSettledFirst(t *testing.T) {
 // full of authorizations is refused alone, and its declines drop only its own charges.
 func TestBoundsOneOwnerCannotHarmAnother(t *testing.T) {
 	one := bytesOf(t, owned("a", "ch_a_0", payrouter.StatusRequiresCapture))
-	s := newStore(t, memstore.WithBounds(time.Hour, 10*one+one/2))
+	s := newStore(t, memstore.WithBounds(time.Hour, forCharges(10*one+one/2)))
 	save(t, s, owned("b", "ch_b_declined", payrouter.StatusDeclined))
 	for i := range 10 {
 		save(t, s, owned("a", fmt.Sprintf("ch_a_%d", i), payrouter.StatusRequiresCapture))
@@ -152,7 +157,7 @@ func TestBoundsOneOwnerCannotHarmAnother(t *testing.T) {
 // as state-unavailable (503, sent again later), and accepted once one of them settles.
 func TestBoundsNeverDropUnsettled(t *testing.T) {
 	two := bytesOf(t, charge("ch_proc", payrouter.StatusProcessing), charge("ch_auth", payrouter.StatusRequiresCapture))
-	s := newStore(t, memstore.WithBounds(0, two+two/8))
+	s := newStore(t, memstore.WithBounds(0, forCharges(two+two/8)))
 	save(t, s, charge("ch_proc", payrouter.StatusProcessing))
 	save(t, s, charge("ch_auth", payrouter.StatusRequiresCapture))
 	refused(t, s, charge("ch_new", payrouter.StatusProcessing))
@@ -186,7 +191,7 @@ func TestBoundsPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetMaxBytesPerOwner(s.Bytes() + 16) // full
+	s.SetMaxBytesPerOwner(forCharges(s.Bytes() + 16)) // full
 	refused(t, s, charge("ch_3", payrouter.StatusDeclined))
 	if !present(t, s, "ch_refunding") || !present(t, s, "ch_voiding") {
 		t.Fatal("a pinned charge was dropped")
@@ -329,7 +334,7 @@ func TestBoundsKeyTakesRoomOfOwnCharges(t *testing.T) {
 func TestBoundsKeyedChargeKept(t *testing.T) {
 	clock := newFakeClock()
 	one := bytesOf(t, charge("ch_voided", payrouter.StatusVoided))
-	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(24*time.Hour, 2*one+one))
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(24*time.Hour, forCharges(2*one+one)))
 	ctx := t.Context()
 	_, h, err := s.Claim(ctx, "", "k-void", "fp", time.Minute)
 	if err != nil {
@@ -381,7 +386,7 @@ func TestBoundsManyPinnedCharges(t *testing.T) {
 			save(t, s, charge(id, payrouter.StatusSucceeded))
 		}
 	}
-	s.SetMaxBytesPerOwner(s.Bytes() + one + one/2) // room for one more: then each needs one to go
+	s.SetMaxBytesPerOwner(forCharges(s.Bytes() + one + one/2)) // room for one more: then each needs one to go
 	start := time.Now()
 	save(t, s, charge("ch_free", payrouter.StatusDeclined))
 	for i := range n {
@@ -403,7 +408,7 @@ func TestBoundsManyPinnedCharges(t *testing.T) {
 func TestBoundsDeclinesOfOneKeyKeepAnothersCapturedCharge(t *testing.T) {
 	clock := newFakeClock()
 	one := bytesOf(t, owned("key_a", "ch_a_00", payrouter.StatusDeclined))
-	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, 50*one+one/2))
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, forCharges(50*one+one/2)))
 	captured := &payrouter.Charge{ID: "ch_b", Owner: "key_b", Status: payrouter.StatusSucceeded, Amount: 5000, Currency: "USD", Gateway: "paywell", Capture: true}
 	save(t, s, captured)
 	for i := range 55 {
@@ -470,7 +475,7 @@ func TestBoundsRoomTakesOnlyChargesHoldingNoMoney(t *testing.T) {
 		t.Run(string(tc.c.Status)+"/"+tc.c.ID, func(t *testing.T) {
 			clock := newFakeClock()
 			two := bytesOf(t, tc.c, charge("ch_decl_0", payrouter.StatusDeclined))
-			s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, two+two/4))
+			s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, forCharges(two+two/4)))
 			save(t, s, tc.c)
 			clock.Advance(time.Second)
 			for i := range 3 {
@@ -490,7 +495,7 @@ func TestBoundsRoomTakesOnlyChargesHoldingNoMoney(t *testing.T) {
 func TestBoundsChargeHoldingMoneyAfterRetention(t *testing.T) {
 	clock := newFakeClock()
 	two := bytesOf(t, charge("ch_captured", payrouter.StatusSucceeded), charge("ch_auth", payrouter.StatusRequiresCapture))
-	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, two+two/4))
+	s := newStore(t, memstore.WithClock(clock.Now), memstore.WithBounds(time.Hour, forCharges(two+two/4)))
 	save(t, s, charge("ch_captured", payrouter.StatusSucceeded))
 	save(t, s, charge("ch_auth", payrouter.StatusRequiresCapture))
 	refused(t, s, charge("ch_new", payrouter.StatusDeclined))
@@ -508,6 +513,33 @@ func TestBoundsChargeHoldingMoneyAfterRetention(t *testing.T) {
 	save(t, s, charge("ch_next", payrouter.StatusDeclined))
 	if present(t, s, "ch_new") || !present(t, s, "ch_next") {
 		t.Error("the charge refunded in full was not dropped to make room")
+	}
+	checkUsage(t, s)
+}
+
+// An owner whose charges fill all its share new charges may take still claims keys, within the
+// reserve kept for them: the captures and voids that settle what it holds are never refused
+// for its own authorizations.
+func TestBoundsKeysReserve(t *testing.T) {
+	s := newStore(t, memstore.WithBounds(time.Hour, 64<<10))
+	n := 0
+	for ; ; n++ {
+		err := s.SaveCharge(t.Context(), owned(owner, fmt.Sprintf("ch_auth_%03d", n), payrouter.StatusRequiresCapture))
+		if errors.Is(err, memstore.ErrFull) {
+			break
+		}
+		if err != nil || n > 1000 {
+			t.Fatalf("authorization %d: %v", n, err)
+		}
+	}
+	for i := range 10 {
+		if _, h, err := s.Claim(t.Context(), owner, fmt.Sprintf("void-%d", i), "fp", time.Minute); err != nil || !h.Held() {
+			t.Fatalf("the key of void %d, with %d authorizations filling the share: %v", i, n, err)
+		}
+		save(t, s, owned(owner, fmt.Sprintf("ch_auth_%03d", i), payrouter.StatusVoided))
+	}
+	if got, q := s.OwnerBytes(owner), s.MaxBytesPerOwner(); got > q {
+		t.Errorf("the owner holds %d bytes, over its share of %d", got, q)
 	}
 	checkUsage(t, s)
 }

@@ -109,8 +109,8 @@ func (s *Store) putCharge(c *payrouter.Charge) error {
 	}
 	s.queueMu.Unlock()
 	if !ok {
-		return errFull(fmt.Sprintf("save charge %s: its owner %q holds %d bytes, and a new charge of %d would pass its quota of %d bytes (state.max_memory) with nothing of its own that may go",
-			c.ID, e.owner, s.OwnerBytes(e.owner), need, s.quota.Load()))
+		return errFull(fmt.Sprintf("save charge %s: its owner %q holds %d bytes, and a new charge of %d would pass the %d of its share of %d bytes (state.max_memory) new charges may take, with nothing of its own that may go",
+			c.ID, e.owner, s.OwnerBytes(e.owner), need, limit(s.quota.Load(), false), s.quota.Load()))
 	}
 
 	if exists && old.Status != c.Status {
