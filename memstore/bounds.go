@@ -284,6 +284,7 @@ func (s *Store) unorder(e *chargeEntry) {
 // (tidy). Each charge leaves an order once per write, unpin or key, so dropping is amortised
 // O(1) however many held charges there are.
 func (s *Store) dropOrPark(e *chargeEntry, now time.Time) {
+	s.visits++
 	s.unorder(e)
 	if s.pins[e.id] > 0 || e.keyedUntil.After(now) {
 		return

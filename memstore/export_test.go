@@ -21,6 +21,14 @@ func (s *Store) ExpiriesLen() int {
 	return len(s.expiries)
 }
 
+// Visits is how many charges the bounds took off the front of a settled order, to drop or to
+// park them: the work making room did.
+func (s *Store) Visits() int64 {
+	s.chargeMu.RLock()
+	defer s.chargeMu.RUnlock()
+	return s.visits
+}
+
 // Usage is what each owner is counted at, as the quotas see it.
 func (s *Store) Usage() map[string]int64 {
 	s.usageMu.Lock()

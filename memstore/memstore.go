@@ -46,6 +46,7 @@ type Store struct {
 	free      map[string]*list.List
 	keyed     expiryHeap
 	evicted   atomic.Int64
+	visits    int64 // charges taken off the front of a settled order: what making room costs
 	// The events (events.go), guarded by chargeMu: each owner's oldest first, every one by id,
 	// and each charge's (dropped with it).
 	events    map[string]*ownerEvents
