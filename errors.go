@@ -99,8 +99,9 @@ var (
 	// be reached or did not answer in time (as opposed to an answer about the data). Money
 	// requests then answer 503 state-unavailable and call no gateway.
 	ErrStateUnavailable = errors.New("money state store unavailable")
-	// ErrStateFull is wrapped, beside ErrStateUnavailable, by a store that holds its maximum and
-	// may drop nothing to make room (memstore with state.max_charges): the answer is the same
-	// 503, saying why.
+	// ErrStateFull is wrapped, beside ErrStateUnavailable, by a store that holds all an API
+	// key may hold and may drop nothing of it to make room (memstore, where each key has its
+	// share of state.max_memory): the answer is the same 503, saying why. Only that key's new
+	// charges and new Idempotency-Keys are refused; every other key's go on.
 	ErrStateFull = errors.New("money state store full")
 )

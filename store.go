@@ -30,8 +30,18 @@ type IdempotencyRecord struct {
 	Fingerprint string            `json:"fingerprint"` // of the request body: another body is a mismatch
 	Status      int               `json:"status"`      // the HTTP status answered
 	Header      map[string]string `json:"header,omitempty"`
-	Body        []byte            `json:"body"`
-	CreatedAt   time.Time         `json:"created_at"`
+	// Body is the answer's body, or empty when the answer is rendered again from the charge
+	// ChargeID names as it stands when the key is replayed: a success shows its charge's
+	// current state anyway (docs/api.md, Idempotency), and keeping the body would keep a second
+	// copy of the charge's metadata and description for the key's whole TTL.
+	Body []byte `json:"body"`
+	// ChargeID, when set, is the charge the answer is rendered from (Body is then empty): the
+	// store keeps that charge at least as long as this record. A store that drops charges only
+	// after state.retention, which is at least the key's TTL, keeps it anyway and need not
+	// store the field (pgstore); memstore, which drops charges holding no money to make room,
+	// keeps the charge while the record lives.
+	ChargeID  string    `json:"charge_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Hold is a request's claim on an idempotency key, from Claim until Complete or Release. Token
@@ -51,11 +61,15 @@ func (h Hold) Held() bool { return h.Token != 0 }
 // the work runs, then either completed with the answer (stored for ttl) or released (the answer
 // is not stored, so the same key may be sent again).
 type IdempotencyStore interface {
-	// Claim takes key for a request with that fingerprint, held for holdFor unless renewed. It
-	// returns the new Hold when the key is new (or its earlier hold ran out); the stored record
-	// when the key completed with the same fingerprint; ErrInFlight while another request holds
-	// it; ErrMismatch when it completed with another fingerprint.
-	Claim(ctx context.Context, key, fingerprint string, holdFor time.Duration) (*IdempotencyRecord, Hold, error)
+	// Claim takes key for a request of the API key scope owner with that fingerprint, held for
+	// holdFor unless renewed. It returns the new Hold when the key is new (or its earlier hold
+	// ran out); the stored record when the key completed with the same fingerprint;
+	// ErrInFlight while another request holds it; ErrMismatch when it completed with another
+	// fingerprint. owner is whose the key is (key is already scoped by it, as
+	// IdempotencyStoreKey makes it): a store that bounds what each owner holds (memstore's
+	// per-key share of state.max_memory) charges the key to it, and refuses a new key of an
+	// owner holding its share with an error wrapping ErrStateFull and ErrStateUnavailable.
+	Claim(ctx context.Context, owner, key, fingerprint string, holdFor time.Duration) (*IdempotencyRecord, Hold, error)
 	// Renew extends h by holdFor from now; ErrHoldLost when a later claim took the key (h is
 	// then no longer the holder and must change nothing).
 	Renew(ctx context.Context, h Hold, holdFor time.Duration) error

@@ -131,12 +131,14 @@ type State struct {
 	// written, in memory and in the database; the database deletes older rows in the
 	// background. default 9480h (395 days)
 	Retention time.Duration `yaml:"retention"`
-	// MaxCharges bounds the in-memory store: beyond it the final charges holding no money
-	// (declined, failed, voided, refunded in full) written longest ago go first; charges still
-	// moving money, or captured with anything left to refund, are never dropped to make room,
-	// and when they alone fill the store a new charge is answered 503 state-unavailable.
-	// Ignored with database_url. 0: no bound. default 100000
-	MaxCharges int `yaml:"max_charges"`
+	// MaxMemory bounds the money state held in memory (ignored with database_url), in bytes as
+	// the store counts them (docs/limits.md, Memory): charges with their refunds and events, and
+	// idempotency keys with their answers. Each API key scope that may write (MemoryPerKey) has
+	// an equal share of its own that no other key can take: a key holding its share loses its
+	// own oldest settled charges holding no money, and when none may go its new charges and
+	// keys are answered 503 state-unavailable; other keys are untouched. 0: no bound. default
+	// 512MiB
+	MaxMemory Bytes `yaml:"max_memory"`
 }
 
 // Idempotency configures idempotency keys.

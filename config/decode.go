@@ -278,6 +278,14 @@ func (d *decoder) boolean(n *yaml.Node, v reflect.Value, path string) bool {
 	return true
 }
 
+// removedKeys are the settings payrouter once read and reads no more, each with what took its
+// place: a file still giving one is refused saying so, rather than with "unknown key" or, worse,
+// run without the bound its operator meant.
+var removedKeys = map[string]string{
+	"state.max_charges": "memory is bounded in bytes now, each API key with its share that no other key can take; " +
+		"use state.max_memory (default 512MiB, split equally among the API keys; docs/limits.md) and remove state.max_charges",
+}
+
 func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) bool {
 	if n.Kind != yaml.MappingNode {
 		d.fail(n, path, "want a mapping of keys, got %s", d.show(n, path))
@@ -287,6 +295,10 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) bool {
 	for _, p := range d.pairs(n, path, 0) {
 		key := p.key.Value
 		index, ok := fields[key]
+		if why, gone := removedKeys[join(path, key)]; !ok && gone {
+			d.report(p.key, path, "%q is no longer a setting: %s", key, why)
+			continue
+		}
 		if !ok {
 			// Not marked bad: a misspelt key says nothing about the keys beside it.
 			d.report(p.key, path, "unknown key %q%s", key, suggest(key, names))

@@ -232,6 +232,9 @@ func render(v reflect.Value) string {
 	if v.Type() == reflect.TypeFor[time.Duration]() {
 		return fmtDuration(time.Duration(v.Int()))
 	}
+	if v.Type() == reflect.TypeFor[Bytes]() {
+		return Bytes(v.Int()).String() // "512MiB"
+	}
 	switch v.Kind() {
 	case reflect.String:
 		return v.String()

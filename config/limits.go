@@ -37,10 +37,13 @@ const (
 	// defaultRetention is pgstore's DefaultChargeRetention: thirteen months, past the card
 	// networks' usual dispute windows and a fiscal year. config does not import pgstore.
 	defaultRetention = 395 * 24 * time.Hour
-	// defaultMaxCharges bounds the in-memory store: at most about 12 KiB a charge with the
-	// largest metadata the API accepts, 100,000 charges stay under about 1.2 GiB, and a
-	// typical charge (under 1 KiB) under 100 MiB.
-	defaultMaxCharges = 100_000
+	// defaultMaxMemory bounds the in-memory store: with the collector's headroom (the heap may
+	// grow to twice the live data) the process stays near 1 GiB however many keys share it,
+	// about the 1.2 GiB the count bound it replaced allowed.
+	defaultMaxMemory = 512 << 20
+	// minMemoryPerKey is the least share of max_memory a key may have: about 100 of the largest
+	// charges the API accepts with their keys, or over a thousand typical ones.
+	minMemoryPerKey = 1 << 20
 )
 
 func applyLimitDefaults(c *Config, present map[string]bool) {
@@ -62,8 +65,8 @@ func applyLimitDefaults(c *Config, present map[string]bool) {
 		l.AuthFailuresPerMinute = defaultAuthFailuresPerMinute
 	}
 	defDuration(&c.State.Retention, present["state.retention"], defaultRetention)
-	if !present["state.max_charges"] {
-		c.State.MaxCharges = defaultMaxCharges
+	if !present["state.max_memory"] {
+		c.State.MaxMemory = defaultMaxMemory
 	}
 }
 
@@ -86,9 +89,35 @@ func (v *validator) limits() {
 	if s.Retention > 0 && s.Retention < v.c.Idempotency.TTL {
 		v.addf("state.retention", "must be at least idempotency.ttl (%s): a replayed answer shows its charge's current state, so the charge must outlive its key", v.c.Idempotency.TTL)
 	}
-	if s.MaxCharges < 0 {
-		v.addf("state.max_charges", "must be >= 0 (0: no bound)")
+	if per, keys := v.c.MemoryPerKey(), v.c.WritingScopes(); s.MaxMemory > 0 && per < minMemoryPerKey {
+		v.addf("state.max_memory", "%s shared by %d API keys is %s each, under the %s a key needs (about 100 of the largest charges): raise it to at least %s",
+			s.MaxMemory, keys, Bytes(per), Bytes(minMemoryPerKey), Bytes(minMemoryPerKey*int64(keys)))
 	}
+}
+
+// WritingScopes counts the API key scopes that may write money state (charge, capture, void or
+// refund: each claims an Idempotency-Key), the keys sharing a name counting once: each has its
+// share of state.max_memory. At least 1.
+func (c *Config) WritingScopes() int {
+	scopes := map[string]bool{}
+	for _, k := range c.Auth.APIKeys {
+		if !k.Allows(RightCharge) && !k.Allows(RightCapture) && !k.Allows(RightVoid) && !k.Allows(RightRefund) {
+			continue // a read-only key holds nothing
+		}
+		if k.Name != "" {
+			scopes["name:"+k.Name] = true
+		} else {
+			scopes["key:"+k.Key] = true
+		}
+	}
+	return max(len(scopes), 1)
+}
+
+// MemoryPerKey is each API key scope's share of state.max_memory: the most bytes of charges and
+// idempotency keys one key may make the in-memory store hold (docs/limits.md, Memory); 0: no
+// bound.
+func (c *Config) MemoryPerKey() int64 {
+	return int64(c.State.MaxMemory) / int64(c.WritingScopes())
 }
 
 // KeyShareFor is the key share in force for a configuration: Limits.KeyShare when more than one

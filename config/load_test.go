@@ -125,7 +125,7 @@ gateways:
 		RequestTimeout: 10 * time.Second,
 		Auth:           Auth{APIKeys: []APIKey{{Key: "key_0123456789abcdef012345"}}},
 		State: State{RedisTimeout: 100 * time.Millisecond, DatabaseTimeout: 800 * time.Millisecond, DatabaseMigrate: true,
-			Retention: 395 * 24 * time.Hour, MaxCharges: 100_000},
+			Retention: 395 * 24 * time.Hour, MaxMemory: 512 << 20},
 		Idempotency: Idempotency{TTL: 24 * time.Hour},
 		Gateways: map[string]Gateway{
 			"b": {Kind: "ding", BaseURL: "http://127.0.0.1:1", TimeoutSettings: timeout, BulkheadSettings: bulkhead, Breaker: defBreaker, TLS: GatewayTLS{MinVersion: "1.2"}},

@@ -18,34 +18,34 @@ import (
 // MEMORY_CHARGES overrides it (`MEMORY_CHARGES=200000 go test -run TestMemoryBounded ./e2e/`).
 const (
 	memoryDefaultCharges = 50_000
-	memoryMaxCharges     = 5_000
-	memoryWorkers        = 8
-	// chargeBytes is what one stored charge with the largest body the API accepts costs: 20
-	// metadata pairs of 40 + 164 characters (4,096 bytes in all is the cap) and a 500-character
-	// description, about 4.6 KB of text, counted at 8 KiB with its map and copies. recordBytes is one idempotency record of
-	// a 402 (its body, headers, fingerprint and key), counted at 2 KiB.
-	chargeBytes = 8 << 10
-	recordBytes = 2 << 10
-	// heapSlack is what the process holds besides the charges and records: its code's data,
-	// pools, buffers of the connections in use, and what garbage collection leaves between
-	// cycles (the heap may grow to twice the live data before a collection, GOGC=100).
+	// memoryMaxMemory is state.max_memory: 32 MiB for each of the harness's two API keys.
+	memoryMaxMemory = 64 << 20
+	memoryShare     = memoryMaxMemory / 2
+	memoryWorkers   = 8
+	// heapSlack is what the process holds besides its money state: its code's data, pools,
+	// buffers of the connections in use.
 	heapSlack = 48 << 20
+	// shareSlack is how far a key's count may pass its share: the answers of the requests it
+	// has under way, stored whatever its count (docs/limits.md, Memory).
+	shareSlack = 64 << 10
 )
 
 // TestMemoryBoundedUnderDeclines is the issue's finding "one key can exhaust memory": declined
-// charges with the largest metadata the API accepts, sent over a few connections, against an
-// instance whose money state is in memory with state.max_charges 5,000. The process's heap must
-// stay under a bound derived from that maximum: what max_charges charges and the idempotency
-// records of every charge sent (kept for their TTL) take, twice (the collector's headroom), plus
-// a fixed slack; an unbounded store would take charges × 8 KiB instead. The store must hold at
-// most max_charges charges, the oldest must be gone (404) and the newest still answer.
+// charges with the largest metadata the API accepts, sent over a few connections by one key,
+// against an instance whose money state is in memory with state.max_memory 64 MiB. Each
+// decline leaves its charge (which may go to make room) and its Idempotency-Key's answer (kept
+// for 24 h), so the key fills its 32 MiB share and is then answered 503 state-unavailable
+// naming state.max_memory. The store must count no more than the share, the process's heap
+// must stay under twice max_memory (the collector's headroom) and a fixed slack, the oldest
+// decline must be gone (404) and the newest still answer. An unbounded store would hold every
+// charge and key: charges × 13 KiB.
 func TestMemoryBoundedUnderDeclines(t *testing.T) {
 	skipIfShort(t)
 	charges := memoryDefaultCharges
 	if v := os.Getenv("MEMORY_CHARGES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < memoryMaxCharges {
-			t.Fatalf("MEMORY_CHARGES=%q: want a number of charges >= %d", v, memoryMaxCharges)
+		if err != nil || n < 10_000 {
+			t.Fatalf("MEMORY_CHARGES=%q: want a number of charges >= 10000", v)
 		}
 		charges = n
 	}
@@ -58,13 +58,15 @@ func TestMemoryBoundedUnderDeclines(t *testing.T) {
 	}, func(yaml string) string {
 		// One key sends as fast as it can: the harness turns the rate limit off, so that
 		// memory alone is measured.
-		return strings.Replace(yaml, "state:\n", fmt.Sprintf("state:\n  max_charges: %d\n", memoryMaxCharges), 1)
+		return strings.Replace(yaml, "state:\n", fmt.Sprintf("state:\n  max_memory: %d\n", memoryMaxMemory), 1)
 	})
 	base := heapInuse(t, pr)
 
-	body := largestDecline(t)
-	var next, declined atomic.Int64
-	var firstID, lastID atomic.Value
+	body := largestDeclineBody()
+	var next, declined, refused atomic.Int64
+	var firstID atomic.Value
+	var lastMu sync.Mutex
+	lastI, lastID := int64(0), ""
 	var peak atomic.Int64
 	stop := make(chan struct{})
 	var watch sync.WaitGroup
@@ -100,16 +102,22 @@ func TestMemoryBoundedUnderDeclines(t *testing.T) {
 					return
 				}
 				a, err := decodeAnswer(r)
-				if err != nil || r.status != 402 || a.Type != "/problems/card-declined" {
-					errs <- fmt.Errorf("charge %d: want 402 card-declined, got %s", i, r)
+				switch {
+				case err == nil && r.status == 402 && a.Type == "/problems/card-declined":
+					declined.Add(1)
+					if i == 1 {
+						firstID.Store(a.ChargeID)
+					}
+					lastMu.Lock()
+					if i > lastI {
+						lastI, lastID = i, a.ChargeID
+					}
+					lastMu.Unlock()
+				case err == nil && r.status == 503 && a.Type == "/problems/state-unavailable" && strings.Contains(string(r.body), "state.max_memory"):
+					refused.Add(1)
+				default:
+					errs <- fmt.Errorf("charge %d: want 402 card-declined, or 503 state-unavailable naming state.max_memory; got %s", i, r)
 					return
-				}
-				declined.Add(1)
-				if i == 1 {
-					firstID.Store(a.ChargeID)
-				}
-				if i == int64(charges) {
-					lastID.Store(a.ChargeID)
 				}
 			}
 		})
@@ -129,40 +137,48 @@ func TestMemoryBoundedUnderDeclines(t *testing.T) {
 	}
 	end, _ := sc.value("go_memstats_heap_inuse_bytes")
 	held, _ := sc.value("payrouter_memstore_charges")
+	counted, _ := sc.value("payrouter_memstore_bytes")
 	evicted, _ := sc.value("payrouter_memstore_evictions_total")
+	limited, _ := sc.value("payrouter_rate_limited_total", "reason", "key_memory")
 	hwm := peakRSS(t, pr.proc.cmd.Process.Pid)
-	bound := base + 2*(memoryMaxCharges*chargeBytes+int64(charges)*recordBytes) + heapSlack
-	unbounded := int64(charges) * chargeBytes
-	t.Logf("%d declined charges in %v (%.0f/s): heap in use %d MiB at start, %d MiB at its peak, %d MiB at the end; peak RSS %d MiB; bound %d MiB (an unbounded store: over %d MiB of charges alone); the store holds %.0f charges, evicted %.0f",
-		declined.Load(), took.Round(time.Millisecond), float64(declined.Load())/took.Seconds(),
-		base>>20, peak.Load()>>20, int64(end)>>20, hwm>>20, bound>>20, unbounded>>20, held, evicted)
+	bound := base + 2*memoryMaxMemory + heapSlack
+	t.Logf("%d charges in %v (%.0f/s): %d declined, %d refused 503; heap in use %d MiB at start, %d MiB at its peak, %d MiB at the end; peak RSS %d MiB; bound %d MiB; the store counts %.1f MiB (the key's share %d MiB), holds %.0f charges, evicted %.0f",
+		charges, took.Round(time.Millisecond), float64(charges)/took.Seconds(), declined.Load(), refused.Load(),
+		base>>20, peak.Load()>>20, int64(end)>>20, hwm>>20, bound>>20, counted/(1<<20), memoryShare>>20, held, evicted)
 
 	if p := max(peak.Load(), int64(end)); p > bound {
-		t.Errorf("heap in use reached %d MiB, over its bound of %d MiB for state.max_charges %d", p>>20, bound>>20, memoryMaxCharges)
+		t.Errorf("heap in use reached %d MiB, over its bound of %d MiB for state.max_memory %d MiB", p>>20, bound>>20, memoryMaxMemory>>20)
 	}
 	if hwm > bound+64<<20 { // RSS adds the runtime's own memory and pages not yet returned
 		t.Errorf("peak RSS %d MiB, over the heap bound %d MiB + 64 MiB", hwm>>20, bound>>20)
 	}
-	if held > memoryMaxCharges || held == 0 {
-		t.Errorf("payrouter_memstore_charges = %.0f, want 1 .. %d", held, memoryMaxCharges)
+	if counted > memoryShare+shareSlack {
+		t.Errorf("payrouter_memstore_bytes = %.0f, over the one key's share of %d", counted, memoryShare)
 	}
-	if want := float64(charges - memoryMaxCharges); evicted < want {
-		t.Errorf("payrouter_memstore_evictions_total = %.0f, want at least %.0f", evicted, want)
+	if evicted == 0 || declined.Load() == 0 || refused.Load() == 0 || limited != float64(refused.Load()) {
+		t.Errorf("%.0f evicted, %d declined, %d refused, %.0f counted as key_memory: want some of each, every refusal counted",
+			evicted, declined.Load(), refused.Load(), limited)
 	}
-	// What a user sees: the oldest charge is gone, the newest is there, still declined.
+	// What a user sees: the oldest charge is gone; the keys' answers, which are promises, are
+	// all kept: the first and the newest declined charge's keys replay their 402.
 	if r, err := send(pr.client, "GET", pr.url+"/charge/"+firstID.Load().(string), nil, "Authorization", "Bearer "+apiKey); err != nil || r.status != 404 {
 		t.Errorf("the first charge, long evicted: want 404, got %v %v", r, err)
 	}
-	if a, err := pr.getCharge(lastID.Load().(string)); err != nil || a.ChargeStatus != "declined" {
-		t.Errorf("the last charge: want 200 declined, got %+v %v", a, err)
+	for _, i := range []int64{1, lastI} {
+		r, err := pr.chargeKeyed(fmt.Sprintf("mem-%d", i), body)
+		if a, _ := decodeAnswer(r); err != nil || r.status != 402 || r.header.Get("Idempotent-Replayed") != "true" || a.ChargeID == "" {
+			t.Errorf("charge %d's key again: want its 402 replayed, got %v %v", i, r, err)
+		}
+	}
+	if lastID == "" {
+		t.Error("no charge was declined")
 	}
 }
 
-// largestDecline is a declined charge's body with the largest metadata and description the API
-// accepts: 20 pairs of a 40-character key and a 164-character value, 4,080 of the 4,096 bytes
-// metadata may hold. Letters only: a run of digits could look like a card number.
-func largestDecline(t *testing.T) []byte {
-	t.Helper()
+// largestDeclineBody is a declined charge's body with the largest metadata and description the
+// API accepts: 20 pairs of a 40-character key and a 164-character value, 4,080 of the 4,096
+// bytes metadata may hold. Letters only: a run of digits could look like a card number.
+func largestDeclineBody() []byte {
 	md := map[string]string{}
 	for i := range 20 {
 		key := fmt.Sprintf("key%c", 'a'+i) + strings.Repeat("k", 36)
@@ -174,7 +190,7 @@ func largestDecline(t *testing.T) []byte {
 		"metadata":       md,
 	})
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return b
 }

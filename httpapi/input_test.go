@@ -27,9 +27,9 @@ func (k *keyRecorder) note(key string) {
 	k.mu.Unlock()
 }
 
-func (k *keyRecorder) Claim(ctx context.Context, key, fp string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+func (k *keyRecorder) Claim(ctx context.Context, owner, key, fp string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	k.note(key)
-	return k.Store.Claim(ctx, key, fp, holdFor)
+	return k.Store.Claim(ctx, owner, key, fp, holdFor)
 }
 
 func (k *keyRecorder) Peek(ctx context.Context, key, fp string) (*payrouter.IdempotencyRecord, error) {

@@ -329,24 +329,30 @@ func TestKeyShareLeavesSlotsForOtherKeys(t *testing.T) {
 	})
 }
 
-// A memstore full of charges still moving money answers what a database outage does (503
-// state-unavailable, Retry-After), saying why: the operator's fix is state.max_charges, not the
-// database.
+// A key holding its share of the memstore, all of it charges still moving money, answers what a
+// database outage does (503 state-unavailable, Retry-After), saying why: the operator's fix is
+// state.max_memory, not the database. It is counted as a limit.
 func TestFullMemstoreSaysWhy(t *testing.T) {
-	store := memstore.New(memstore.WithBounds(time.Hour, 1))
+	open := &payrouter.Charge{ID: "ch_open", Owner: "key_a", Status: payrouter.StatusProcessing, CreatedAt: time.Now()}
+	store := memstore.New(memstore.WithBounds(time.Hour, 0))
 	ctx := context.Background()
-	if err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_open", Status: payrouter.StatusProcessing, CreatedAt: time.Now()}); err != nil {
+	if err := store.SaveCharge(ctx, open); err != nil {
 		t.Fatal(err)
 	}
-	err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_next", Status: payrouter.StatusProcessing, CreatedAt: time.Now()})
+	store.SetMaxBytesPerOwner(store.OwnerBytes("key_a")) // its share: the one charge it holds
+	err := store.SaveCharge(ctx, &payrouter.Charge{ID: "ch_next", Owner: "key_a", Status: payrouter.StatusProcessing, CreatedAt: time.Now()})
 	rec := httptest.NewRecorder()
 	c := echo.New().NewContext(httptest.NewRequest("POST", "/charge", nil), rec)
-	_, s := newEcho(Deps{})
+	m := telemetry.NewMetrics()
+	_, s := newEcho(Deps{Metrics: m})
 	p := s.errorProblem(c, "charge.failed", err)
 	if p.Status != 503 || p.Type != "/problems/state-unavailable" || rec.Header().Get("Retry-After") == "" {
-		t.Fatalf("a full store: %d %s, Retry-After %q", p.Status, p.Type, rec.Header().Get("Retry-After"))
+		t.Fatalf("a full share: %d %s, Retry-After %q", p.Status, p.Type, rec.Header().Get("Retry-After"))
 	}
-	if !strings.Contains(p.Detail, "state.max_charges") || strings.Contains(p.Detail, "database") {
-		t.Errorf("the detail does not say the store is full: %q", p.Detail)
+	if !strings.Contains(p.Detail, "state.max_memory") || !strings.Contains(p.Detail, "other API keys are not affected") || strings.Contains(p.Detail, "database") {
+		t.Errorf("the detail does not say the key's share is full: %q", p.Detail)
+	}
+	if got := limitedCount(t, m, telemetry.LimitKeyMemory); got != 1 {
+		t.Errorf("payrouter_rate_limited_total{reason=key_memory} = %d, want 1", got)
 	}
 }

@@ -1117,11 +1117,11 @@ func (s *flakyStore) Ping(ctx context.Context) error {
 	return s.Store.Ping(ctx)
 }
 
-func (s *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+func (s *flakyStore) Claim(ctx context.Context, owner, key, fp string, ttl time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	if err := s.fail(); err != nil {
 		return nil, payrouter.Hold{}, err
 	}
-	return s.Store.Claim(ctx, key, fp, ttl)
+	return s.Store.Claim(ctx, owner, key, fp, ttl)
 }
 
 func (s *flakyStore) Peek(ctx context.Context, key, fp string) (*payrouter.IdempotencyRecord, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/payments"
+	"github.com/payrouter/payrouter/telemetry"
 )
 
 // problem is an RFC 9457 problem document with payrouter's extensions.
@@ -136,6 +137,13 @@ func withDetail(err error, detail string) error { return &internalDetail{detail:
 // internalDetailDefault is the detail of an internal error that says nothing more.
 const internalDetailDefault = "payrouter could not complete the request; it has been logged"
 
+// stateFullDetail is the detail of a new charge or Idempotency-Key refused because its API key
+// holds its share of the in-memory store: what it is, why nothing more of it could go, and
+// what the client and the operator can do.
+const stateFullDetail = "this API key holds its whole share of payrouter's in-memory store (state.max_memory, split equally among the API keys), " +
+	"and none of it may go yet: authorizations awaiting capture or void, captured charges with money left to refund, answers kept for their Idempotency-Key's TTL; " +
+	"other API keys are not affected; nothing was sent to a gateway; send the same request again after Retry-After, capture or void what waits, or ask the operator to raise state.max_memory"
+
 // errorProblem is the one place an error from below becomes what the caller sees and what the
 // log says. It returns err's problem (setting Retry-After on a 503) and logs err under event, once,
 // with the request's context, exactly when it is internal: an outage of the money store (logged
@@ -158,8 +166,11 @@ func (s *server) errorProblem(c echo.Context, event string, err error) problem {
 		// answers, and its Idempotency-Key goes through exactly once then.
 		c.Response().Header().Set("Retry-After", strconv.Itoa(StateRetryAfterSeconds))
 		if errors.Is(err, payrouter.ErrStateFull) {
-			return newProblem(payrouter.EStateUnavailable,
-				"payrouter's in-memory store holds state.max_charges charges that all hold money or may come to (or as many unexpired Idempotency-Keys); nothing was sent to a gateway; send the same request again after Retry-After")
+			// A limit like any other (docs/limits.md): counted with them, and only this key's.
+			if s.Metrics != nil {
+				s.Metrics.RateLimited(telemetry.LimitKeyMemory)
+			}
+			return newProblem(payrouter.EStateUnavailable, stateFullDetail)
 		}
 		return newProblem(payrouter.EStateUnavailable,
 			"the database holding payment state does not answer; nothing was sent to a gateway; send the same request again after Retry-After")

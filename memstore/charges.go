@@ -69,33 +69,55 @@ func (s *Store) current(c *payrouter.Charge) error {
 
 // putCharge stores a copy of c as its next version, without its payment method, with the events
 // of its change, and sets c.Stored; the caller has checked c and its version and holds
-// chargeMu. With bounds, it first drops what they say must go, and refuses a new charge with
-// ErrFull when nothing may go to make room for it (only charges holding no money may).
+// chargeMu. It counts what the charge takes to its owner (size.go) and keeps the bounds: first
+// what time and finished work let go (tidy), then, for a new charge its owner's quota cannot
+// take, its owner's settled charges holding no money; when none is left the new charge is
+// refused with ErrFull and nothing is written. A write to a charge held is never refused.
 func (s *Store) putCharge(c *payrouter.Charge) error {
-	stored := cloneCharge(c)
-	stored.PaymentMethod = payrouter.PaymentMethod{}
-	stored.Hold = payrouter.Hold{}
-	stored.Stored = payrouter.Stored{Version: c.Stored.Version + 1, Status: c.Status, Refunded: c.Refunded}
-
+	now := s.now()
 	old, exists := s.charges[c.ID]
-	if s.bounded() {
-		now := s.now()
-		if exists {
-			// First, so that making room never drops the charge being written.
-			s.ordered(c, now)
-		}
-		s.queueMu.Lock()
-		room := s.makeRoom(now, !exists)
-		s.queueMu.Unlock()
-		if !room {
-			return errFull(fmt.Sprintf("save charge %s: all %d charges held hold money or may come to (state.max_charges)", c.ID, len(s.charges)))
-		}
-		if !exists {
-			s.ordered(c, now)
-		}
+	e := s.entries[c.ID]
+	fresh := e == nil
+	if fresh {
+		e = &chargeEntry{id: c.ID, owner: c.Owner}
 	}
+	stored := e.version(c, exists)
+	ver := versionBytes(stored, e)
+	need := ver
+	switch {
+	case !exists && fresh:
+		need += chargeFixedBytes + bodyBytes(stored)
+	case !exists:
+		need += bodyBytes(stored)
+	case !e.curKept:
+		need -= e.cur // the version replaced is freed: no event holds it
+	}
+	var events []*storedEvent
+	for _, t := range payrouter.ChargeEvents(c.Stored, c) {
+		ev := s.newEvent(t, stored, nil)
+		events = append(events, ev)
+		need += eventBytes(&ev.ev)
+	}
+
+	s.queueMu.Lock()
+	s.unorder(e) // out of the orders while written: neither retention nor room drops it
+	s.tidy(now, e)
+	ok := s.room(e.owner, need, false, now)
+	if !ok && exists {
+		s.add(e.owner, need, false)
+		ok = true
+	}
+	s.queueMu.Unlock()
+	if !ok {
+		return errFull(fmt.Sprintf("save charge %s: its owner %q holds %d bytes, and a new charge of %d would pass the %d of its share of %d bytes (state.max_memory) new charges may take, with nothing of its own that may go",
+			c.ID, e.owner, s.OwnerBytes(e.owner), need, limit(s.quota.Load(), false), s.quota.Load()))
+	}
+
 	if exists && old.Status != c.Status {
 		s.unindex(old)
+	}
+	if fresh {
+		s.entries[c.ID] = e
 	}
 	s.charges[c.ID] = stored
 	ids := s.byStatus[c.Status]
@@ -104,11 +126,42 @@ func (s *Store) putCharge(c *payrouter.Charge) error {
 		s.byStatus[c.Status] = ids
 	}
 	ids[c.ID] = struct{}{}
-	for _, t := range payrouter.ChargeEvents(c.Stored, c) {
-		s.addEvent(t, stored, nil)
+	e.bytes += need
+	e.cur, e.curKept, e.written = ver, len(events) > 0, now
+	for _, ev := range events {
+		s.insertEvent(ev, c.ID)
+	}
+	if settled(c.Status) {
+		s.push(e, stored, now)
 	}
 	c.Stored = stored.Stored
 	return nil
+}
+
+// version is the copy of c stored as its next version: no payment method, no hold, its Stored
+// set, its own attempts, and the body of the charge's first version when c's is the same, so
+// that every version holds one body (the first version's body is set on e when c is new).
+func (e *chargeEntry) version(c *payrouter.Charge, exists bool) *payrouter.Charge {
+	v := *c
+	v.PaymentMethod = payrouter.PaymentMethod{}
+	v.Hold = payrouter.Hold{}
+	v.Stored = payrouter.Stored{Version: c.Stored.Version + 1, Status: c.Status, Refunded: c.Refunded}
+	v.Attempts = slices.Clone(c.Attempts)
+	if !exists {
+		e.md, e.desc, e.cust = maps.Clone(c.Metadata), c.Description, c.CustomerID
+	}
+	if maps.Equal(c.Metadata, e.md) {
+		v.Metadata = e.md // never changed in place: every read clones it
+	} else {
+		v.Metadata = maps.Clone(c.Metadata)
+	}
+	if c.Description == e.desc {
+		v.Description = e.desc
+	}
+	if c.CustomerID == e.cust {
+		v.CustomerID = e.cust
+	}
+	return &v
 }
 
 func (s *Store) unindex(c *payrouter.Charge) {
@@ -200,5 +253,8 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payro
 	if err := s.putCharge(c); err != nil {
 		return err
 	}
-	return s.complete(h, rec, ttl, now)
+	if s.complete(h, rec, ttl, now) && rec.ChargeID != "" {
+		s.keep(rec.ChargeID, now.Add(ttl))
+	}
+	return nil
 }

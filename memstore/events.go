@@ -22,18 +22,23 @@ type ownerEvents struct {
 	gone int
 }
 
-// addEvent records an event of type t for charge c (the stored copy, never changed in place)
-// or refund r; chargeMu must be held.
-func (s *Store) addEvent(t payrouter.EventType, c *payrouter.Charge, r *payrouter.Refund) {
+// newEvent is an event of type t for charge c (the stored copy, never changed in place) or
+// refund r, numbered in the store's sequence; insertEvent records it. chargeMu must be held.
+func (s *Store) newEvent(t payrouter.EventType, c *payrouter.Charge, r *payrouter.Refund) *storedEvent {
 	s.eventSeq++
 	e := &storedEvent{seq: s.eventSeq, ev: payrouter.Event{ID: payrouter.NewEventID(), Type: t, CreatedAt: s.now().UTC()}}
-	chargeID := ""
 	if t.OfRefund() {
 		cp := *r
-		e.ev.Refund, e.ev.Owner, chargeID = &cp, r.Owner, r.ChargeID
+		e.ev.Refund, e.ev.Owner = &cp, r.Owner
 	} else {
-		e.ev.Charge, e.ev.Owner, chargeID = c, c.Owner, c.ID
+		e.ev.Charge, e.ev.Owner = c, c.Owner
 	}
+	return e
+}
+
+// insertEvent records e, an event of charge chargeID (or of one of its refunds), where the
+// feed and its charge find it; its bytes are the caller's to count. chargeMu must be held.
+func (s *Store) insertEvent(e *storedEvent, chargeID string) {
 	oe := s.events[e.ev.Owner]
 	if oe == nil {
 		oe = &ownerEvents{}

@@ -16,29 +16,34 @@ import (
 // while no single request pays for forgetting all of them at once.
 const sweepBatch = 64
 
-// idemEntry is one idempotency key: in flight while rec is nil (held until heldUntil by the
-// claim whose fencing token is token), completed otherwise. Either way it is forgotten at
-// expires.
+// idemEntry is one idempotency key of owner: in flight while rec is nil (held until heldUntil
+// by the claim whose fencing token is token), completed otherwise. Either way it is forgotten
+// at expires. bytes is what it is counted at to its owner (idemBytes).
 type idemEntry struct {
+	owner       string
 	fingerprint string
 	rec         *payrouter.IdempotencyRecord
 	token       int64
 	heldUntil   time.Time
 	expires     time.Time
+	bytes       int64
 }
 
 func (e idemEntry) expired(now time.Time) bool { return !now.Before(e.expires) }
 
-// Claim takes key for a request with that fingerprint (payrouter.IdempotencyStore). It returns a
-// new Hold when the key is new, or its earlier hold or record ran out; a copy of the stored
-// record when the key completed with the same fingerprint; payrouter.ErrMismatch when it
-// completed with another one; payrouter.ErrInFlight while it is held.
+// Claim takes key for a request of owner with that fingerprint (payrouter.IdempotencyStore).
+// It returns a new Hold when the key is new, or its earlier hold or record ran out; a copy of
+// the stored record when the key completed with the same fingerprint; payrouter.ErrMismatch
+// when it completed with another one; payrouter.ErrInFlight while it is held.
 //
 // A key in flight answers ErrInFlight whatever the fingerprint: the first request may still be
 // released without an answer, after which the other body is a legitimate first request, so
 // calling it a mismatch would be premature. The client retrying after the conflict learns the
 // truth.
-func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+//
+// A new key is counted to owner (WithBounds): when owner's quota cannot take it, once its
+// expired keys and its settled charges holding no money went, it is refused with ErrFull.
+func (s *Store) Claim(ctx context.Context, owner, key, fingerprint string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, payrouter.Hold{}, err
 	}
@@ -53,33 +58,69 @@ func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time
 	s.idemMu.Lock()
 	defer s.idemMu.Unlock()
 	s.sweep(now)
-	if e, ok := s.idem[key]; ok && !e.expired(now) {
+	old, known := s.idem[key]
+	if known && !old.expired(now) {
 		switch {
-		case e.rec == nil && now.Before(e.heldUntil):
+		case old.rec == nil && now.Before(old.heldUntil):
 			return nil, payrouter.Hold{}, payrouter.ErrInFlight
-		case e.rec == nil:
+		case old.rec == nil:
 			// The holder stopped renewing (it died or stalled): the key is this request's now,
-			// under a larger token that fences the old holder off.
-		case e.fingerprint != fingerprint:
+			// under a larger token that fences the old holder off. Not a new key: it is
+			// counted anew, never refused.
+			h := payrouter.Hold{Key: key, Token: s.tokens.Add(1)}
+			s.put(key, s.held(old.owner, fingerprint, h, now, holdFor))
+			return nil, h, nil
+		case old.fingerprint != fingerprint:
 			return nil, payrouter.Hold{}, payrouter.ErrMismatch
 		default:
-			return cloneRecord(e.rec), payrouter.Hold{}, nil
+			return cloneRecord(old.rec), payrouter.Hold{}, nil
 		}
 	}
-	if _, known := s.idem[key]; !known && s.maxKeys > 0 && len(s.idem) >= s.maxKeys {
-		// Every key held is within its TTL, or the sweep is behind: forget every expired one
-		// before refusing. An unexpired key is a promise kept for its TTL, never dropped early.
-		s.sweepAll(now)
-		if len(s.idem) >= s.maxKeys {
-			return nil, payrouter.Hold{}, errFull(fmt.Sprintf("claim: %d idempotency keys held, none expired", len(s.idem)))
-		}
+	if known {
+		s.forget(key) // expired: no promise is kept for it any more
 	}
 	h := payrouter.Hold{Key: key, Token: s.tokens.Add(1)}
-	held := now.Add(holdFor)
+	e := s.held(owner, fingerprint, h, now, holdFor)
+	if !s.admit(owner, e.bytes, now) {
+		return nil, payrouter.Hold{}, errFull(fmt.Sprintf("claim: owner %q holds %d bytes, and a new idempotency key of %d would pass its quota of %d bytes (state.max_memory) with nothing of its own that may go",
+			owner, s.OwnerBytes(owner), e.bytes, s.quota.Load()))
+	}
+	s.idem[key] = e
+	s.expiries.push(expiry{at: e.expires, key: key})
+	return nil, h, nil
+}
+
+// held is the entry of key h.Key claimed by h for owner at now, held for holdFor, with its
+// bytes.
+func (s *Store) held(owner, fingerprint string, h payrouter.Hold, now time.Time, holdFor time.Duration) idemEntry {
+	heldUntil := now.Add(holdFor)
 	// Kept as long again after the hold runs out: a slow holder that finishes meanwhile still
 	// finds its token and stores its answer while nobody took the key.
-	s.put(key, idemEntry{fingerprint: fingerprint, token: h.Token, heldUntil: held, expires: held.Add(holdFor)})
-	return nil, h, nil
+	e := idemEntry{owner: owner, fingerprint: fingerprint, token: h.Token, heldUntil: heldUntil, expires: heldUntil.Add(holdFor)}
+	e.bytes = idemBytes(h.Key, &e)
+	return e
+}
+
+// admit counts n more bytes of owner's keys if its quota takes them, forgetting every expired
+// key and then dropping owner's settled charges holding no money, oldest first, as long as it
+// does not; false, with nothing counted, when nothing more may go. idemMu must be held.
+func (s *Store) admit(owner string, n int64, now time.Time) bool {
+	if s.tryAdd(owner, n, true) {
+		return true
+	}
+	// Every key held is within its TTL, or the sweep is behind: forget every expired one
+	// before dropping anything. An unexpired key is a promise kept for its TTL, never dropped
+	// early.
+	s.sweepAll(now)
+	if s.tryAdd(owner, n, true) {
+		return true
+	}
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	s.tidy(now, nil)
+	return s.room(owner, n, true, now)
 }
 
 // Peek tells what Claim would, without claiming (payrouter.IdempotencyStore).
@@ -139,7 +180,8 @@ func (s *Store) holds(h payrouter.Hold, now time.Time) bool {
 // now. The record is stored even when the hold ran out while nobody took the key, because once a
 // gateway was asked the answer is what keeps a retry from charging again; payrouter.ErrHoldLost
 // when a later claim took it. A record already completed is kept: the first complete answer is
-// the one replayed (docs/api.md, Idempotency).
+// the one replayed (docs/api.md, Idempotency). A record answered from its charge
+// (rec.ChargeID) keeps that charge stored until the record expires.
 func (s *Store) Complete(ctx context.Context, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
 	if err := s.usable(ctx); err != nil {
 		return err
@@ -151,7 +193,15 @@ func (s *Store) Complete(ctx context.Context, h payrouter.Hold, rec payrouter.Id
 	s.idemMu.Lock()
 	defer s.idemMu.Unlock()
 	s.sweep(now)
-	return s.complete(h, rec, ttl, now)
+	if !s.holds(h, now) {
+		return fmt.Errorf("memstore: complete %q: %w", h.Key, payrouter.ErrHoldLost)
+	}
+	if s.complete(h, rec, ttl, now) && rec.ChargeID != "" {
+		s.chargeMu.Lock()
+		s.keep(rec.ChargeID, now.Add(ttl))
+		s.chargeMu.Unlock()
+	}
+	return nil
 }
 
 func checkComplete(h payrouter.Hold, ttl time.Duration) error {
@@ -166,20 +216,21 @@ func checkComplete(h payrouter.Hold, ttl time.Duration) error {
 	return nil
 }
 
-// complete is Complete with idemMu held.
-func (s *Store) complete(h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration, now time.Time) error {
-	if !s.holds(h, now) {
-		return fmt.Errorf("memstore: complete %q: %w", h.Key, payrouter.ErrHoldLost)
-	}
-	if s.idem[h.Key].rec != nil {
-		return nil
+// complete stores rec for h's key, which h holds, and reports whether it did (false: the key
+// completed before, and its first answer stands). idemMu must be held. Never refused: the
+// key was counted when claimed, and what the record adds is counted however full its owner
+// is, since the answer is what keeps a retry from charging again.
+func (s *Store) complete(h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration, now time.Time) bool {
+	old := s.idem[h.Key]
+	if old.rec != nil {
+		return false
 	}
 	stored := cloneRecord(&rec)
 	if stored.CreatedAt.IsZero() {
 		stored.CreatedAt = now
 	}
-	s.put(h.Key, idemEntry{fingerprint: rec.Fingerprint, rec: stored, token: h.Token, expires: now.Add(ttl)})
-	return nil
+	s.put(h.Key, idemEntry{owner: old.owner, fingerprint: stored.Fingerprint, rec: stored, token: h.Token, expires: now.Add(ttl)})
+	return true
 }
 
 // Release forgets a key held by h so that the same key may be sent again. A completed record is
@@ -197,14 +248,31 @@ func (s *Store) Release(ctx context.Context, h payrouter.Hold) error {
 	if e, ok := s.idem[h.Key]; ok && e.token == h.Token && (e.rec == nil || e.expired(now)) {
 		// Its expiry stays in the heap and is skipped when popped: finding it to remove it
 		// would cost a scan.
-		delete(s.idem, h.Key)
+		s.forget(h.Key)
 	}
 	return nil
 }
 
+// put stores e as key's entry, counting it (idemBytes) to its owner in place of what the entry
+// it replaces was counted at. idemMu must be held.
 func (s *Store) put(key string, e idemEntry) {
+	e.bytes = idemBytes(key, &e)
+	old, known := s.idem[key]
+	if known && old.owner != e.owner {
+		s.add(old.owner, -old.bytes, true)
+		old.bytes = 0
+	}
+	s.add(e.owner, e.bytes-old.bytes, true)
 	s.idem[key] = e
 	s.expiries.push(expiry{at: e.expires, key: key})
+}
+
+// forget deletes key's entry and gives its bytes back to its owner. idemMu must be held.
+func (s *Store) forget(key string) {
+	if e, ok := s.idem[key]; ok {
+		delete(s.idem, key)
+		s.add(e.owner, -e.bytes, true)
+	}
 }
 
 // sweep forgets up to sweepBatch keys expired at now. Expiries of keys since re-claimed,
@@ -218,7 +286,7 @@ func (s *Store) sweep(now time.Time) {
 		}
 		s.expiries.pop()
 		if e, ok := s.idem[next.key]; ok && e.expired(now) {
-			delete(s.idem, next.key)
+			s.forget(next.key)
 		}
 	}
 	s.expiries.shrink()

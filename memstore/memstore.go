@@ -22,9 +22,9 @@ var ErrClosed = errors.New("memstore: store is closed")
 // Store is an in-memory payrouter.Store, safe for concurrent use. It starts no goroutine:
 // expired idempotency keys are forgotten on access and by a bounded sweep run with each
 // idempotency operation, and, with WithBounds, settled charges past their retention or beyond
-// the maximum count go as charges are written.
+// their owner's quota go as charges are written.
 //
-// Locks, always taken in this order: idemMu, chargeMu, queueMu.
+// Locks, always taken in this order: idemMu, chargeMu, queueMu, usageMu.
 type Store struct {
 	now    func() time.Time
 	closed atomic.Bool
@@ -36,17 +36,17 @@ type Store struct {
 	// byStatus indexes charges by status: the reconciler asks for the few processing charges
 	// among many final ones, which must not cost a scan of them all.
 	byStatus map[payrouter.ChargeStatus]map[string]struct{}
-	// The bounds (bounds.go): freeOrder lists the settled charges holding no money and
-	// heldOrder those holding captured money left to refund, each written longest ago first,
-	// and order finds each one's element in either; all guarded by chargeMu, kept only when
-	// bounded.
-	retention  time.Duration
-	maxCharges int
-	maxKeys    int
-	freeOrder  *list.List
-	heldOrder  *list.List
-	order      map[string]*list.Element
-	evicted    atomic.Int64
+	// The bounds (bounds.go), guarded by chargeMu: entries holds every charge's bookkeeping;
+	// heldOrder lists the settled charges holding captured money left to refund, and free each
+	// owner's settled charges holding none, each written longest ago first; keyed lists when
+	// the keys answering from charges expire.
+	retention time.Duration
+	entries   map[string]*chargeEntry
+	heldOrder *list.List
+	free      map[string]*list.List
+	keyed     expiryHeap
+	evicted   atomic.Int64
+	visits    int64 // charges taken off the front of a settled order: what making room costs
 	// The events (events.go), guarded by chargeMu: each owner's oldest first, every one by id,
 	// and each charge's (dropped with it).
 	events    map[string]*ownerEvents
@@ -72,6 +72,13 @@ type Store struct {
 	pins      map[string]int
 	unpinned  []string
 	refundsOf map[string][]string
+
+	// usageMu guards usage, what each owner holds in bytes (bounds.go); total is their sum and
+	// quota each owner's bound (0: none).
+	usageMu sync.Mutex
+	usage   map[string]*ownerUsage
+	total   atomic.Int64
+	quota   atomic.Int64
 }
 
 var _ payrouter.Store = (*Store)(nil)
@@ -102,11 +109,12 @@ func New(opts ...Option) *Store {
 		eventByID: make(map[string]*storedEvent),
 		eventsOf:  make(map[string][]*storedEvent),
 
-		freeOrder: list.New(),
+		entries:   make(map[string]*chargeEntry),
 		heldOrder: list.New(),
-		order:     make(map[string]*list.Element),
+		free:      make(map[string]*list.List),
 		pins:      make(map[string]int),
 		refundsOf: make(map[string][]string),
+		usage:     make(map[string]*ownerUsage),
 	}
 	for _, opt := range opts {
 		opt(s)

@@ -15,6 +15,9 @@ import (
 	"github.com/payrouter/payrouter/storetest"
 )
 
+// owner is the API key scope of the tests' idempotency keys.
+const owner = "key_a"
+
 func newStore(tb testing.TB, opts ...memstore.Option) *memstore.Store {
 	s := memstore.New(opts...)
 	tb.Cleanup(func() { s.Close() })
@@ -25,9 +28,14 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) payrouter.Store { return newStore(t) })
 }
 
-// The suite holds with bounds on too: nothing it stores is dropped while it runs.
+// The suite holds with bounds on too: nothing it stores is dropped while it runs, and what each
+// owner is counted at matches a recount of what it holds once the suite's test is done.
 func TestStoreBounded(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) payrouter.Store { return newStore(t, memstore.WithBounds(24*time.Hour, 1000)) })
+	storetest.Run(t, func(t *testing.T) payrouter.Store {
+		s := newStore(t, memstore.WithBounds(24*time.Hour, 64<<20))
+		t.Cleanup(func() { checkUsage(t, s) })
+		return s
+	})
 }
 
 func BenchmarkStore(b *testing.B) {
@@ -59,7 +67,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func claimComplete(t *testing.T, s *memstore.Store, key string, inFlightTTL, ttl time.Duration) {
 	t.Helper()
 	ctx := t.Context()
-	rec, h, err := s.Claim(ctx, key, "fp", inFlightTTL)
+	rec, h, err := s.Claim(ctx, owner, key, "fp", inFlightTTL)
 	if rec != nil || err != nil {
 		t.Fatalf("Claim(%s) = %+v, %v; want a new claim", key, rec, err)
 	}
@@ -82,7 +90,7 @@ func TestSweepForgetsExpiredKeys(t *testing.T) {
 
 	clock.Advance(2 * time.Minute)
 	for i := range 1000 {
-		if rec, _, err := s.Claim(t.Context(), fmt.Sprintf("new-%d", i), "fp", time.Minute); rec != nil || err != nil {
+		if rec, _, err := s.Claim(t.Context(), owner, fmt.Sprintf("new-%d", i), "fp", time.Minute); rec != nil || err != nil {
 			t.Fatalf("Claim = %+v, %v", rec, err)
 		}
 	}
@@ -139,7 +147,7 @@ func TestSweepOrder(t *testing.T) {
 			claimComplete(t, s, key, time.Millisecond, ttl)
 			expires[i] = start.Add(ttl)
 		} else {
-			if _, _, err := s.Claim(t.Context(), key, "fp", ttl/2); err != nil {
+			if _, _, err := s.Claim(t.Context(), owner, key, "fp", ttl/2); err != nil {
 				t.Fatal(err)
 			}
 			// An in-flight key is kept for its hold and as long again.
@@ -180,7 +188,7 @@ func TestExpiryBoundary(t *testing.T) {
 			clock := newFakeClock()
 			s := newStore(t, memstore.WithClock(clock.Now))
 			ctx := t.Context()
-			_, h, err := s.Claim(ctx, "k", "fp", time.Second)
+			_, h, err := s.Claim(ctx, owner, "k", "fp", time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,11 +198,11 @@ func TestExpiryBoundary(t *testing.T) {
 				}
 			}
 			clock.Advance(time.Second - time.Nanosecond)
-			if _, _, err := s.Claim(ctx, "k", "other", time.Second); !errors.Is(err, tc.before) {
+			if _, _, err := s.Claim(ctx, owner, "k", "other", time.Second); !errors.Is(err, tc.before) {
 				t.Fatalf("Claim just before expiry: %v, want %v", err, tc.before)
 			}
 			clock.Advance(time.Nanosecond)
-			if rec, _, err := s.Claim(ctx, "k", "other", time.Second); rec != nil || err != nil {
+			if rec, _, err := s.Claim(ctx, owner, "k", "other", time.Second); rec != nil || err != nil {
 				t.Fatalf("Claim at expiry = %+v, %v; want a new claim", rec, err)
 			}
 		})
@@ -212,7 +220,7 @@ func everyCall(s *memstore.Store) map[string]func(ctx context.Context) error {
 			_, err := s.ChargesByStatus(ctx, payrouter.StatusProcessing, 10)
 			return err
 		},
-		"Claim": func(ctx context.Context) error { _, _, err := s.Claim(ctx, "k", "fp", time.Minute); return err },
+		"Claim": func(ctx context.Context) error { _, _, err := s.Claim(ctx, owner, "k", "fp", time.Minute); return err },
 		"Renew": func(ctx context.Context) error { return s.Renew(ctx, payrouter.Hold{Key: "k", Token: 1}, time.Minute) },
 		"Complete": func(ctx context.Context) error {
 			return s.Complete(ctx, payrouter.Hold{Key: "k", Token: 1}, payrouter.IdempotencyRecord{}, time.Minute)

@@ -69,9 +69,25 @@ func (s *Store) ChangeRefund(ctx context.Context, ch payrouter.RefundChange) err
 		ch.Task.ID = s.enqueue(*ch.Task)
 	}
 	s.queueMu.Unlock()
-	for _, t := range payrouter.RefundEvents(from, r.Status) {
-		s.addEvent(t, nil, &cp)
+	// Counted to its charge, with which it is dropped: never refused, since the refund's
+	// request holds its key already and may have reached the gateway (WithBounds).
+	e := s.entries[r.ChargeID]
+	n := refundBytes(&cp)
+	switch {
+	case e == nil: // a refund of a charge not stored: its entry holds the refunds alone
+		e = &chargeEntry{id: r.ChargeID, owner: r.Owner}
+		s.entries[r.ChargeID] = e
+		n += chargeFixedBytes
+	case old != nil:
+		n -= refundBytes(old)
 	}
+	for _, t := range payrouter.RefundEvents(from, r.Status) {
+		ev := s.newEvent(t, nil, &cp)
+		s.insertEvent(ev, r.ChargeID)
+		n += eventBytes(&ev.ev)
+	}
+	e.bytes += n
+	s.add(e.owner, n, false)
 	if ch.Charge != nil {
 		// Pinned above, while its refund is pending or queued: making room drops nothing of it.
 		if err := s.putCharge(ch.Charge); err != nil {

@@ -33,12 +33,14 @@ func (s *Service) CreateCharge(ctx context.Context, r Request, c *payrouter.Char
 	}, now)
 }
 
-// CaptureCharge captures the authorization id (Capture) at most once per key.
+// CaptureCharge captures the authorization id (Capture) at most once per key; a replay shows
+// the charge as it stands now.
 func (s *Service) CaptureCharge(ctx context.Context, r Request, id string, render Render) (Answer, error) {
 	return s.changeOnce(ctx, r, id, render, s.Capture)
 }
 
-// VoidCharge voids the authorization id (Void) at most once per key.
+// VoidCharge voids the authorization id (Void) at most once per key; a replay shows the
+// charge as it stands now.
 func (s *Service) VoidCharge(ctx context.Context, r Request, id string, render Render) (Answer, error) {
 	return s.changeOnce(ctx, r, id, render, s.Void)
 }
@@ -50,7 +52,7 @@ func (s *Service) changeOnce(ctx context.Context, r Request, id string, render R
 	return s.idempotent(ctx, r, render, func(payrouter.Hold) (Result, *payrouter.Charge) {
 		ch, err := change(ctx, id)
 		return Result{Charge: ch, Err: err}, nil
-	}, nil)
+	}, s.chargeNow(id))
 }
 
 // RefundCharge refunds amount (0: all that is left) of the charge chargeID as refund refundID

@@ -78,7 +78,7 @@ type current func(ctx context.Context) (res Result, ok bool, err error)
 // the client has gone: it is what a retry will get. The error is one the protocol met (the key
 // in flight or used with another body, the store away, the hold lost): nothing was answered.
 func (s *Service) idempotent(ctx context.Context, r Request, render Render, op operation, now current) (Answer, error) {
-	rec, hold, err := s.keys.Claim(ctx, payrouter.IdempotencyStoreKey(r.Scope, r.Key), r.Fingerprint, s.holdFor())
+	rec, hold, err := s.keys.Claim(ctx, r.Scope, payrouter.IdempotencyStoreKey(r.Scope, r.Key), r.Fingerprint, s.holdFor())
 	if err != nil {
 		return Answer{}, err
 	}
@@ -104,7 +104,11 @@ func (s *Service) idempotent(ctx context.Context, r Request, render Render, op o
 		s.releaseKey(storeCtx, hold)
 		return a, nil
 	}
-	a, err = s.complete(storeCtx, r, hold, a, final, render)
+	rebuilt := ""
+	if now != nil && res.Charge != nil {
+		rebuilt = res.Charge.ID
+	}
+	a, err = s.complete(storeCtx, r, hold, a, final, rebuilt, render)
 	switch {
 	case errors.Is(err, payrouter.ErrHoldLost):
 		// A later request with this key took it while this one stalled; that request settled
@@ -129,13 +133,20 @@ func (s *Service) idempotent(ctx context.Context, r Request, render Render, op o
 const completeTries = 4
 
 // complete stores the answer a for hold's key, with the final state of its charge when it has
-// one, in one step. A charge changed since the request last wrote it is not overwritten: one
+// one, in one step. A success whose answer a replay renders again from its charge (rebuilt
+// names it) is stored without its body and headers (payrouter.IdempotencyRecord.ChargeID): the
+// body would be a second copy of the charge, metadata and description included, kept for the
+// key's whole TTL, and a replay shows the charge as it stands then anyway. A charge changed since the request last wrote it is not overwritten: one
 // still processing takes the request's answer on top of what was noted meanwhile
 // (payrouter.Charge.Rebase), one that moved on (resolved by a look-up while the request ran)
 // stands, and the key is completed with the answer it gives now. It returns the answer stored.
-func (s *Service) complete(ctx context.Context, r Request, hold payrouter.Hold, a Answer, final *payrouter.Charge, render Render) (Answer, error) {
+func (s *Service) complete(ctx context.Context, r Request, hold payrouter.Hold, a Answer, final *payrouter.Charge, rebuilt string, render Render) (Answer, error) {
 	for range completeTries {
 		rec := payrouter.IdempotencyRecord{Fingerprint: r.Fingerprint, Status: a.Status, Header: a.Header, Body: a.Body, CreatedAt: s.now().UTC()}
+		if rebuilt != "" && a.Status < 300 {
+			// Its status says a replay renders it again; nothing else of it is needed then.
+			rec.Header, rec.Body, rec.ChargeID = nil, nil, rebuilt
+		}
 		if final == nil {
 			return a, s.keys.Complete(ctx, hold, rec, s.keysTTL)
 		}
@@ -160,18 +171,21 @@ func (s *Service) complete(ctx context.Context, r Request, hold payrouter.Hold, 
 
 // replay answers a completed key: a success (2xx) with what now renders of the resource as it
 // stands when it can, anything else with the stored answer, which is final (a decline, a
-// refusal).
+// refusal). A success stored without its body (complete) can only be rendered again: should
+// its charge be gone, which the stores prevent while the key lives, the answer is that it is.
 func (s *Service) replay(ctx context.Context, rec *payrouter.IdempotencyRecord, render Render, now current) (Answer, error) {
 	a := Answer{Status: rec.Status, Header: rec.Header, Body: rec.Body}
 	if now != nil && rec.Status < 300 {
 		res, ok, err := now(ctx)
-		if err != nil {
+		switch {
+		case err != nil:
 			return Answer{}, err
-		}
-		if ok {
+		case ok:
 			if a, err = render(res); err != nil {
 				return Answer{}, err
 			}
+		case len(rec.Body) == 0:
+			return Answer{}, payrouter.Errorf(payrouter.ENotFound, "the charge this Idempotency-Key was answered with is no longer kept")
 		}
 	}
 	a.Replayed = true

@@ -82,7 +82,7 @@ var benchRecord = payrouter.IdempotencyRecord{Fingerprint: fpA, Status: 201,
 func chargeOnce(b *testing.B, s payrouter.Store, n int) {
 	ctx := b.Context()
 	key, id := "bench-"+strconv.Itoa(n), "ch_bench_"+strconv.Itoa(n)
-	_, h, err := s.Claim(ctx, key, fpA, 10*time.Second)
+	_, h, err := s.Claim(ctx, "", key, fpA, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}

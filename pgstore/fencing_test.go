@@ -36,7 +36,7 @@ func waitClaim(t *testing.T, s *Store, key string) payrouter.Hold {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		rec, h, err := s.Claim(t.Context(), key, fpA, time.Hour)
+		rec, h, err := s.Claim(t.Context(), "", key, fpA, time.Hour)
 		switch {
 		case err == nil && rec == nil && h.Held():
 			return h
@@ -66,7 +66,7 @@ func TestConcurrentClaimsOneWinner(t *testing.T) {
 			s := stores[i%len(stores)]
 			wg.Go(func() {
 				<-start
-				rec, h, err := s.Claim(t.Context(), key, fpA, time.Hour)
+				rec, h, err := s.Claim(t.Context(), "", key, fpA, time.Hour)
 				switch {
 				case err == nil && rec == nil && h.Held():
 					mu.Lock()
@@ -112,7 +112,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 	stalled, other := open(t, url, Options{}), open(t, url, Options{})
 	ctx := t.Context()
 
-	_, stale, err := stalled.Claim(ctx, "k-stale", fpA, 100*time.Millisecond)
+	_, stale, err := stalled.Claim(ctx, "", "k-stale", fpA, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 	if got.Status != payrouter.StatusProcessing || got.Gateway != "" || len(got.Attempts) != 1 {
 		t.Errorf("charge after the stale holder's writes = %+v; want the later holder's", got)
 	}
-	if _, _, err := other.Claim(ctx, "k-stale", fpA, time.Hour); !errors.Is(err, payrouter.ErrInFlight) {
+	if _, _, err := other.Claim(ctx, "", "k-stale", fpA, time.Hour); !errors.Is(err, payrouter.ErrInFlight) {
 		t.Errorf("Claim after the stale holder's writes = %v; want ErrInFlight (still the later holder's)", err)
 	}
 
@@ -163,7 +163,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 	if err := other.CompleteCharge(ctx, mine, later, testRecord(402), time.Hour); err != nil {
 		t.Fatalf("CompleteCharge under the later hold: %v", err)
 	}
-	rec, _, err := stalled.Claim(ctx, "k-stale", fpA, time.Hour)
+	rec, _, err := stalled.Claim(ctx, "", "k-stale", fpA, time.Hour)
 	if err != nil || rec == nil || rec.Status != 402 {
 		t.Fatalf("Claim after the later holder completed = %+v, %v; want its 402", rec, err)
 	}
@@ -178,7 +178,7 @@ func TestSaveChargeFencedAgainstConcurrentClaim(t *testing.T) {
 	ctx := t.Context()
 	for round := range 20 {
 		key, id := fmt.Sprintf("k-fence-%d", round), fmt.Sprintf("ch_fence_%d", round)
-		_, stale, err := stalled.Claim(ctx, key, fpA, 50*time.Millisecond)
+		_, stale, err := stalled.Claim(ctx, "", key, fpA, 50*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ CREATE TRIGGER refuse_boom BEFORE INSERT OR UPDATE ON charges FOR EACH ROW EXECU
 		t.Fatal(err)
 	}
 
-	_, h, err := s.Claim(ctx, "k-boom", fpA, time.Hour)
+	_, h, err := s.Claim(ctx, "", "k-boom", fpA, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,19 +242,19 @@ CREATE TRIGGER refuse_boom BEFORE INSERT OR UPDATE ON charges FOR EACH ROW EXECU
 	if errors.Is(err, payrouter.ErrHoldLost) || errors.Is(err, payrouter.ErrStateUnavailable) {
 		t.Fatalf("CompleteCharge failure %v is neither a lost hold nor unavailability", err)
 	}
-	if _, _, err := s.Claim(ctx, "k-boom", fpA, time.Hour); !errors.Is(err, payrouter.ErrInFlight) {
+	if _, _, err := s.Claim(ctx, "", "k-boom", fpA, time.Hour); !errors.Is(err, payrouter.ErrInFlight) {
 		t.Fatalf("Claim after the failed CompleteCharge = %v; want ErrInFlight: the key must not be completed without its charge", err)
 	}
 	// The holder can still complete the key with another answer.
 	if err := s.Complete(ctx, h, testRecord(502), time.Hour); err != nil {
 		t.Fatalf("Complete after the failed CompleteCharge: %v", err)
 	}
-	if rec, _, err := s.Claim(ctx, "k-boom", fpA, time.Hour); err != nil || rec == nil || rec.Status != 502 {
+	if rec, _, err := s.Claim(ctx, "", "k-boom", fpA, time.Hour); err != nil || rec == nil || rec.Status != 502 {
 		t.Fatalf("replay = %+v, %v; want the 502 completed afterwards", rec, err)
 	}
 
 	// A completion refused (the hold is lost) writes no charge.
-	_, h2, err := s.Claim(ctx, "k-gone", fpA, time.Hour)
+	_, h2, err := s.Claim(ctx, "", "k-gone", fpA, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestPaymentTokenNeverStored(t *testing.T) {
 	if err := s.SaveCharge(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	_, h, err := s.Claim(ctx, "k-tok", fpA, time.Hour)
+	_, h, err := s.Claim(ctx, "", "k-tok", fpA, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,12 +111,12 @@ func TestMigrationHashesIdempotencyKeys(t *testing.T) {
 	// Retried after the upgrade: the answer is replayed, the claim still held.
 	s := open(t, url, Options{})
 	for _, k := range completed {
-		rec, _, err := s.Claim(t.Context(), payrouter.IdempotencyStoreKey(scope, k), "fp-"+scope+":"+k, time.Minute)
+		rec, _, err := s.Claim(t.Context(), "", payrouter.IdempotencyStoreKey(scope, k), "fp-"+scope+":"+k, time.Minute)
 		if err != nil || rec == nil || rec.Status != 201 || string(rec.Body) != `{"id":"ch_1"}` {
 			t.Errorf("key %q claimed before the upgrade, retried after: %+v, %v; want its answer replayed", k, rec, err)
 		}
 	}
-	if _, _, err := s.Claim(t.Context(), payrouter.IdempotencyStoreKey(scope, inFlight), "fp-run", time.Minute); !errors.Is(err, payrouter.ErrInFlight) {
+	if _, _, err := s.Claim(t.Context(), "", payrouter.IdempotencyStoreKey(scope, inFlight), "fp-run", time.Minute); !errors.Is(err, payrouter.ErrInFlight) {
 		t.Errorf("key in flight before the upgrade, retried after: %v; want ErrInFlight", err)
 	}
 }

@@ -54,8 +54,9 @@ const claimTries = 4
 // completed, or its record expired; a copy of the stored record when it completed with the same
 // fingerprint; payrouter.ErrMismatch when it completed with another; payrouter.ErrInFlight while
 // it is held, whatever the fingerprint (the holder may yet release it, and then the other body
-// is a legitimate first request).
-func (s *Store) Claim(ctx context.Context, key, fingerprint string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+// is a legitimate first request). owner is not used: PostgreSQL's disk is the operator's to size
+// (docs/limits.md), and no key's rows are refused for another's.
+func (s *Store) Claim(ctx context.Context, _, key, fingerprint string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	if key == "" {
 		return nil, payrouter.Hold{}, errors.New("pgstore: claim: empty key")
 	}

@@ -20,7 +20,7 @@ const slack = time.Second
 func storeCalls(s *Store) map[string]func(ctx context.Context) error {
 	return map[string]func(ctx context.Context) error{
 		"Claim": func(ctx context.Context) error {
-			_, _, err := s.Claim(ctx, "k-outage", fpA, time.Minute)
+			_, _, err := s.Claim(ctx, "", "k-outage", fpA, time.Minute)
 			return err
 		},
 		"SaveCharge": func(ctx context.Context) error {

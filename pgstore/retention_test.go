@@ -49,7 +49,7 @@ func TestRetention(t *testing.T) {
 
 	// Keys: completed and expired, in flight and expired (a crashed holder), and live ones.
 	for i := range 3 { // more than a batch
-		_, h, err := s.Claim(ctx, fmt.Sprintf("k-expired-%d", i), fpA, time.Hour)
+		_, h, err := s.Claim(ctx, "", fmt.Sprintf("k-expired-%d", i), fpA, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,17 +57,17 @@ func TestRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := s.Claim(ctx, "k-crashed", fpA, time.Millisecond); err != nil {
+	if _, _, err := s.Claim(ctx, "", "k-crashed", fpA, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	_, live, err := s.Claim(ctx, "k-live", fpA, time.Hour)
+	_, live, err := s.Claim(ctx, "", "k-live", fpA, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Complete(ctx, live, testRecord(201), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Claim(ctx, "k-held", fpA, time.Hour); err != nil {
+	if _, _, err := s.Claim(ctx, "", "k-held", fpA, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 

@@ -46,7 +46,7 @@ func TestRowSizes(t *testing.T) {
 			body := []byte(`{"type":"/problems/card-declined","title":"The card was declined","status":402,"detail":"the issuer declined the card (generic_decline)","charge_id":"ch_XXXXXXXXXXXXXXXXXXXXXXXXXX","gateway":"paywell","decline_code":"generic_decline","attempts":[{"gateway":"paywell","outcome":"declined","duration_ms":12}]}`)
 			for i := range n {
 				key := fmt.Sprintf("0123456789abcdef:order-%d-%s", i, rand.Text())
-				_, h, err := s.Claim(ctx, key, "fp", time.Minute)
+				_, h, err := s.Claim(ctx, "", key, "fp", time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}

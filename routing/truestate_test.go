@@ -49,12 +49,12 @@ func TestStalledHolderSendsNothing(t *testing.T) {
 		f := newFixture(t)
 		ctx := t.Context()
 		const hold = 10 * time.Millisecond
-		_, stale, err := f.store.Claim(ctx, "scope:key-1", "fp", hold)
+		_, stale, err := f.store.Claim(ctx, "", "scope:key-1", "fp", hold)
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * hold) // the holder stalls past its hold
-		if _, _, err := f.store.Claim(ctx, "scope:key-1", "fp", time.Minute); err != nil {
+		if _, _, err := f.store.Claim(ctx, "", "scope:key-1", "fp", time.Minute); err != nil {
 			t.Fatalf("the later claim: %v", err)
 		}
 		c := newCharge()

@@ -85,6 +85,11 @@ func (s *Service) reload(how string) (config.Changes, error) {
 	s.creds.SetAuth(next.Auth)
 	s.limits.Set(next.Limits, next.Auth.APIKeys)
 	s.domains.SetKeyShare(next.KeyShareFor())
+	if s.mem != nil {
+		// state.max_memory needs a restart, but its share per key follows the keys: a key
+		// added shares the same bound, so the whole stays within it.
+		s.mem.SetMaxBytesPerOwner(next.MemoryPerKey())
+	}
 	s.metrics.ForgetGateways(changes.Gateways.Removed)
 	s.initMetrics(next, slices.Concat(changes.Gateways.Added, changes.Gateways.Changed))
 	certificates := s.reloadCertificates(next)

@@ -24,6 +24,7 @@ import (
 	"github.com/payrouter/payrouter/fallback"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/listener"
+	"github.com/payrouter/payrouter/memstore"
 	"github.com/payrouter/payrouter/payments"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
@@ -80,8 +81,10 @@ type Service struct {
 	// path and getenv are where a reload reads the configuration from.
 	path   string
 	getenv func(string) string
-	// store is the money state (memstore, or pgstore for a fleet).
+	// store is the money state (memstore, or pgstore for a fleet); mem is it when it is the
+	// bounded memstore, whose per-key share of state.max_memory a reload updates.
 	store   payrouter.Store
+	mem     *memstore.Store
 	shared  *statestore.Store // the fleet's Redis; nil without state.redis_url
 	fleet   *resilience.Fleet // nil without state.redis_url
 	prober  *resilience.Prober

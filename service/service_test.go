@@ -198,3 +198,38 @@ gateways:
 		t.Errorf("Validate with a CA file gone: %v, want the same ConfigError", err)
 	}
 }
+
+// TestReloadSharesMaxMemoryAmongTheKeys: each API key's share of state.max_memory follows the
+// keys a reload brings, so that a key added shares the same bound rather than adding to it.
+func TestReloadSharesMaxMemoryAmongTheKeys(t *testing.T) {
+	urls := serveSims(t, gatewaySims(t))
+	text := configText(urls, "routes: [{name: default, gateways: [paywell]}]\n")
+	svc, path, _ := start(t, text)
+	share := func() float64 {
+		t.Helper()
+		families, err := svc.Deps().Metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "payrouter_memstore_key_limit_bytes" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no payrouter_memstore_key_limit_bytes")
+		return 0
+	}
+	if got := share(); got != 512<<20 {
+		t.Fatalf("one key's share: %.0f, want all of the default 512MiB", got)
+	}
+	two := strings.Replace(text, fmt.Sprintf("api_keys: [%q]", apiKey), fmt.Sprintf("api_keys: [%q, %q]", apiKey, apiKey+"-two"), 1)
+	if err := os.WriteFile(path, []byte(two), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := share(); got != 256<<20 {
+		t.Errorf("after a reload adding a key, each one's share: %.0f, want 256MiB", got)
+	}
+}

@@ -23,13 +23,16 @@ import (
 func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 	var bounds []memstore.Option
 	if s.cfg.State.DatabaseURL == "" { // the money state is in memory: bound it (docs/limits.md)
-		bounds = append(bounds, memstore.WithBounds(s.cfg.State.Retention, s.cfg.State.MaxCharges))
+		bounds = append(bounds, memstore.WithBounds(s.cfg.State.Retention, s.cfg.MemoryPerKey()))
 	}
 	mem := memstore.New(bounds...)
 	s.closers = append(s.closers, s.closing("state.memory", mem.Close))
 	s.store = mem
 	if len(bounds) > 0 {
-		s.metrics.WatchMemoryStore(func() float64 { return float64(mem.ChargesLen()) }, func() float64 { return float64(mem.Evicted()) })
+		s.metrics.WatchMemoryStore(mem)
+		if given == nil {
+			s.mem = mem
+		}
 	}
 	if given != nil {
 		s.store = given

@@ -21,7 +21,7 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) payrouter.Store) {
 			// A new key each time, as real traffic has; building it costs one small allocation.
 			key := "bench-" + strconv.Itoa(i)
 			i++
-			_, h, err := s.Claim(ctx, key, fpA, longTTL)
+			_, h, err := s.Claim(ctx, owner, key, fpA, longTTL)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/payrouter/payrouter"
 )
 
-// Fingerprints of two different request bodies.
+// Fingerprints of two different request bodies. The suite's keys belong to owner.
 const (
 	fpA = "sha256:aaaa"
 	fpB = "sha256:bbbb"
@@ -52,7 +52,7 @@ func diffRecord(got *payrouter.IdempotencyRecord, want payrouter.IdempotencyReco
 // claim calls Claim with a long hold, for tests where expiry is not the point.
 func claim(t *testing.T, s payrouter.Store, key, fingerprint string) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	t.Helper()
-	return s.Claim(t.Context(), key, fingerprint, longTTL)
+	return s.Claim(t.Context(), owner, key, fingerprint, longTTL)
 }
 
 func mustClaimNew(t *testing.T, s payrouter.Store, key, fingerprint string) payrouter.Hold {
@@ -62,7 +62,7 @@ func mustClaimNew(t *testing.T, s payrouter.Store, key, fingerprint string) payr
 
 func mustClaimNewFor(t *testing.T, s payrouter.Store, key, fingerprint string, holdFor time.Duration) payrouter.Hold {
 	t.Helper()
-	rec, h, err := s.Claim(t.Context(), key, fingerprint, holdFor)
+	rec, h, err := s.Claim(t.Context(), owner, key, fingerprint, holdFor)
 	if rec != nil || err != nil || !h.Held() || h.Key != key {
 		t.Fatalf("Claim(%s) = %+v, %+v, %v; want a new hold on %s", key, rec, h, err, key)
 	}
@@ -179,7 +179,7 @@ func testHoldLost(t *testing.T, s payrouter.Store) {
 	}
 	var later payrouter.Hold
 	waitFor(t, "the stalled hold to run out", func() (bool, error) {
-		rec, h, err := s.Claim(ctx, "k-fenced", fpA, longTTL)
+		rec, h, err := s.Claim(ctx, owner, "k-fenced", fpA, longTTL)
 		switch {
 		case errors.Is(err, payrouter.ErrInFlight):
 			return false, nil
@@ -311,7 +311,7 @@ func testCompletedExpiry(t *testing.T, s payrouter.Store) {
 
 	// Each poll before expiry replays; the first after it is a new claim, now held by the test.
 	waitFor(t, "completed record to expire", func() (bool, error) {
-		got, h, err := s.Claim(ctx, "k-ttl", fpB, longTTL)
+		got, h, err := s.Claim(ctx, owner, "k-ttl", fpB, longTTL)
 		switch {
 		case errors.Is(err, payrouter.ErrMismatch):
 			return false, nil
@@ -329,7 +329,7 @@ func testInFlightExpiry(t *testing.T, s payrouter.Store) {
 	wantClaimErr(t, s, "k-crashed", fpA, payrouter.ErrInFlight)
 
 	waitFor(t, "a crashed holder's claim to expire", func() (bool, error) {
-		got, _, err := s.Claim(ctx, "k-crashed", fpA, longTTL)
+		got, _, err := s.Claim(ctx, owner, "k-crashed", fpA, longTTL)
 		switch {
 		case errors.Is(err, payrouter.ErrInFlight):
 			return false, nil
@@ -361,7 +361,7 @@ func testConcurrentClaims(t *testing.T, s payrouter.Store) {
 		for i := range results {
 			wg.Go(func() {
 				<-start
-				rec, h, err := s.Claim(ctx, "k-race", fpA, longTTL)
+				rec, h, err := s.Claim(ctx, owner, "k-race", fpA, longTTL)
 				results[i] = result{rec, h, err}
 			})
 		}
@@ -405,9 +405,9 @@ func testIdempotencyInvalid(t *testing.T, s payrouter.Store) {
 		name string
 		call func() error
 	}{
-		{"claim empty key", func() error { _, _, err := s.Claim(ctx, "", fpA, longTTL); return err }},
-		{"claim zero hold", func() error { _, _, err := s.Claim(ctx, "k-inv", fpA, 0); return err }},
-		{"claim negative hold", func() error { _, _, err := s.Claim(ctx, "k-inv", fpA, -time.Second); return err }},
+		{"claim empty key", func() error { _, _, err := s.Claim(ctx, owner, "", fpA, longTTL); return err }},
+		{"claim zero hold", func() error { _, _, err := s.Claim(ctx, owner, "k-inv", fpA, 0); return err }},
+		{"claim negative hold", func() error { _, _, err := s.Claim(ctx, owner, "k-inv", fpA, -time.Second); return err }},
 		{"complete without a hold", func() error { return s.Complete(ctx, payrouter.Hold{Key: "k-inv"}, rec, longTTL) }},
 		{"complete empty key", func() error { return s.Complete(ctx, payrouter.Hold{Token: 1}, rec, longTTL) }},
 		{"complete zero ttl", func() error { return s.Complete(ctx, payrouter.Hold{Key: "k-inv", Token: 1}, rec, 0) }},
