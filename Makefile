@@ -1,6 +1,10 @@
 # payrouter: `make help` lists the targets.
 SHELL := bash
 GO    ?= go
+# Every go command run by make, and by the scripts and the contract suite it starts, uses this
+# toolchain: the go on PATH fetches it from the Go module proxy the first time (go.mod's
+# toolchain line names the same one). Standard library fixes reach the binary only through it.
+export GOTOOLCHAIN := go1.27.3
 BIN   := bin
 
 .DEFAULT_GOAL := help

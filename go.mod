@@ -2,6 +2,8 @@ module github.com/payrouter/payrouter
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/getkin/kin-openapi v0.153.0
