@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
@@ -47,7 +47,7 @@ func breakerViewOf(s resilience.Snapshot) breakerView {
 }
 
 // listBreakers is GET /admin/breakers.
-func (s *server) listBreakers(c echo.Context) error {
+func (s *server) listBreakers(c *echo.Context) error {
 	snaps := s.Domains.Snapshots()
 	out := make([]breakerView, len(snaps))
 	for i, b := range snaps {
@@ -62,7 +62,7 @@ func (s *server) listBreakers(c echo.Context) error {
 // able to act while Redis is down), the answer says so in a Warning header, and it is shared as
 // soon as the store is back. Without one, the breaker is this instance's alone, and so is the
 // change.
-func (s *server) breakerAction(c echo.Context) error {
+func (s *server) breakerAction(c *echo.Context) error {
 	gateway, op := c.Param("gateway"), payrouter.Operation(c.Param("operation"))
 	b := s.Domains.Breaker(gateway, op)
 	if b == nil {
@@ -104,7 +104,7 @@ type gatewayView struct {
 }
 
 // listGateways is GET /admin/gateways: settings and live bulkhead use, never a credential.
-func (s *server) listGateways(c echo.Context) error {
+func (s *server) listGateways(c *echo.Context) error {
 	gateways := s.Gateways
 	if s.Reloader != nil {
 		gateways = s.Reloader.Summary()
@@ -136,7 +136,7 @@ var chargeStatuses = map[payrouter.ChargeStatus]bool{
 // listCharges is GET /admin/charges?status=processing&limit=N: up to limit (default 100, at most
 // 1000) stored charges in that status, oldest first, as the storefront sees them. Ops use it to
 // watch the charges the reconciler has not settled yet.
-func (s *server) listCharges(c echo.Context) error {
+func (s *server) listCharges(c *echo.Context) error {
 	status := payrouter.ChargeStatus(c.QueryParam("status"))
 	if !chargeStatuses[status] {
 		return writeProblem(c, invalid("the query is not valid; see errors", fieldError{Field: "status",

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 )
 
 // Audit: every action that moves money or changes how payrouter routes it writes one `audit`
@@ -27,13 +27,14 @@ const (
 // audit wraps a route whose every request is audited as action.
 func (s *server) audit(action string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			w := &problemCatcher{ResponseWriter: c.Response().Writer}
-			c.Response().Writer = w
+		return func(c *echo.Context) error {
+			// On top of echo's Response, which it unwraps to: the status stays echo's to keep.
+			w := &problemCatcher{ResponseWriter: c.Response()}
+			c.SetResponse(w)
 			err := next(c)
 			if err != nil {
 				// Written here rather than by the outer middleware, so the line has its status.
-				c.Error(err)
+				c.Echo().HTTPErrorHandler(c, err)
 			}
 			s.auditLine(c, action, w.problemType())
 			return nil
@@ -42,8 +43,8 @@ func (s *server) audit(action string) echo.MiddlewareFunc {
 }
 
 // auditLine writes the audit line of the request c answered.
-func (s *server) auditLine(c echo.Context, action, problemType string) {
-	status := c.Response().Status
+func (s *server) auditLine(c *echo.Context, action, problemType string) {
+	_, status := echo.ResolveResponseStatus(c.Response(), nil)
 	attrs := []slog.Attr{
 		slog.String("action", action),
 		slog.String("actor", actorOf(c)),

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 	"golang.org/x/time/rate"
 
 	"github.com/payrouter/payrouter"
@@ -46,7 +46,7 @@ func newAuthFailureLog() *authFailureLog {
 // id, never the token sent. listener is listenerStorefront or listenerAdmin, reason authMissing
 // or authWrong. It also counts the failure against the client's address (limits.go), which
 // is answered 429 once it has failed too often.
-func (s *server) authFailed(c echo.Context, listener, reason string) error {
+func (s *server) authFailed(c *echo.Context, listener, reason string) error {
 	s.countAuthFailure(c)
 	if s.Metrics != nil {
 		s.Metrics.AuthFailed(listener, reason)
@@ -81,7 +81,7 @@ type scope string
 const scopeContextKey = "key_scope"
 
 // scopeOf returns the scope of an authenticated request ("" before requireAPIKey ran).
-func scopeOf(c echo.Context) string {
+func scopeOf(c *echo.Context) string {
 	s, _ := c.Get(scopeContextKey).(scope)
 	return string(s)
 }

@@ -13,7 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/internal/testlog"
@@ -144,7 +144,7 @@ type whoami struct{ api, admin http.Handler }
 func whoAmI(t *testing.T, creds *Credentials, log *slog.Logger) whoami {
 	t.Helper()
 	metrics := telemetry.NewMetrics()
-	answer := func(c echo.Context) error {
+	answer := func(c *echo.Context) error {
 		scope := scopeOf(c)
 		return c.String(http.StatusOK, strings.TrimSpace(actorOf(c)+" "+scope))
 	}

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/cardnum"
@@ -77,7 +77,7 @@ func viewOf(ch *payrouter.Charge) chargeView {
 }
 
 // readJSONBody checks the media type and size and returns the body, or the problem to answer.
-func readJSONBody(c echo.Context) ([]byte, *problem) {
+func readJSONBody(c *echo.Context) ([]byte, *problem) {
 	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
 	if err != nil || mt != "application/json" {
 		p := newProblem(codeUnsupportedMedia, "send the body as Content-Type: application/json")
@@ -98,7 +98,7 @@ func readJSONBody(c echo.Context) ([]byte, *problem) {
 // idempotencyKey returns the request's Idempotency-Key: 1 to 255 printable ASCII characters,
 // and no card number. The key itself goes no further than this package: the stores keep its
 // digest (payrouter.IdempotencyStoreKey), and ids derive from it (chargeIDFor).
-func idempotencyKey(c echo.Context) (string, *problem) {
+func idempotencyKey(c *echo.Context) (string, *problem) {
 	key := c.Request().Header.Get("Idempotency-Key")
 	if cardnum.Contains(key) {
 		p := invalid("the Idempotency-Key looks like a card number; send a key of your own making, such as a UUID",
@@ -128,7 +128,7 @@ func fingerprint(op string, v any) string {
 // send writes what a payments operation answered, or the problem of what kept it from
 // answering (its Idempotency-Key in flight or used with another body, the store away), logged
 // under event when it is internal.
-func (s *server) send(c echo.Context, event string, a payments.Answer, err error) error {
+func (s *server) send(c *echo.Context, event string, a payments.Answer, err error) error {
 	if err != nil {
 		return s.writeError(c, event, err)
 	}
@@ -143,7 +143,7 @@ func (s *server) send(c echo.Context, event string, a payments.Answer, err error
 
 // request is the payments.Request of an authenticated request with its Idempotency-Key and the
 // fingerprint of what it asks.
-func request(c echo.Context, key, fp string) payments.Request {
+func request(c *echo.Context, key, fp string) payments.Request {
 	return payments.Request{Scope: scopeOf(c), Key: key, Fingerprint: fp}
 }
 
@@ -161,7 +161,7 @@ func jsonAnswer(status int, contentType string, v any, header ...string) (paymen
 }
 
 // createCharge is POST /charge.
-func (s *server) createCharge(c echo.Context) error {
+func (s *server) createCharge(c *echo.Context) error {
 	body, p := readJSONBody(c)
 	if p != nil {
 		return writeProblem(c, *p)
@@ -218,7 +218,7 @@ func idFor(prefix, scope, key string) string {
 }
 
 // chargeAnswer is the answer to a charge the router ran, and err what it returned.
-func (s *server) chargeAnswer(c echo.Context, ch *payrouter.Charge, err error) (payments.Answer, error) {
+func (s *server) chargeAnswer(c *echo.Context, ch *payrouter.Charge, err error) (payments.Answer, error) {
 	var u *fallback.Unavailable
 	if errors.As(err, &u) {
 		if s.Metrics != nil {
@@ -267,7 +267,7 @@ func refusedAsMalformed(attempts []payrouter.Attempt) bool {
 
 // getCharge is GET /charge/{id}: the charge's latest status, asked of its gateway while it is
 // processing; marked stale when the gateway could not be asked.
-func (s *server) getCharge(c echo.Context) error {
+func (s *server) getCharge(c *echo.Context) error {
 	ch, stale, err := s.Payments.Refresh(c.Request().Context(), scopeOf(c), c.Param("id"))
 	if err != nil {
 		return s.writeError(c, "charge.get_failed", err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/telemetry"
@@ -59,7 +59,7 @@ func servedRoutes(t *testing.T, h http.Handler) []string {
 		t.Fatalf("the handler is a %T, not an *echo.Echo: this test cannot list its routes", h)
 	}
 	var out []string
-	for _, r := range e.Routes() {
+	for _, r := range e.Router().Routes() {
 		if r.Method == echo.RouteNotFound {
 			continue
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
@@ -60,8 +60,7 @@ func TestErrorProblem(t *testing.T) {
 			rec := httptest.NewRecorder()
 			c := echo.New().NewContext(httptest.NewRequest("POST", "/charge/ch_ABC/capture", nil), rec)
 			c.SetPath("/charge/:id/capture")
-			c.SetParamNames("id")
-			c.SetParamValues("ch_ABC")
+			c.SetPathValues(echo.PathValues{{Name: "id", Value: "ch_ABC"}})
 			rec.Header().Set(echo.HeaderXRequestID, "req-1")
 
 			p := s.errorProblem(c, "capture.failed", tc.err)
@@ -154,7 +153,7 @@ func TestHandlersLogInternalErrorsOnly(t *testing.T) {
 func TestHandlerErrorsReachingEcho(t *testing.T) {
 	logs := &testlog.Buffer{}
 	e, _ := newEcho(Deps{Log: slog.New(slog.NewJSONHandler(logs, nil))})
-	e.GET("/broken", func(echo.Context) error { return errors.New("encoding the answer: unsupported value") })
+	e.GET("/broken", func(*echo.Context) error { return errors.New("encoding the answer: unsupported value") })
 	r := do(e, "GET", "/broken", "")
 	if r.status != 500 || problemType(t, r) != "/problems/internal" || strings.Contains(r.body, "unsupported") {
 		t.Errorf("a handler's raw error: %d %s, want 500 internal that does not show the cause", r.status, r.body)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 )
@@ -49,7 +49,7 @@ func eventViewOf(ev payrouter.Event) eventView {
 }
 
 // eventsQuery reads GET /events' limit and starting_after, or the problem to answer.
-func eventsQuery(c echo.Context) (limit int, after string, p *problem) {
+func eventsQuery(c *echo.Context) (limit int, after string, p *problem) {
 	limit = defaultEventsLimit
 	q := c.QueryParams()
 	var errs []fieldError
@@ -74,7 +74,7 @@ func eventsQuery(c echo.Context) (limit int, after string, p *problem) {
 }
 
 // listEvents is GET /events.
-func (s *server) listEvents(c echo.Context) error {
+func (s *server) listEvents(c *echo.Context) error {
 	limit, after, p := eventsQuery(c)
 	if p != nil {
 		return writeProblem(c, *p)

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"regexp"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter/cardnum"
 )
@@ -32,12 +32,12 @@ func validPathID(id string) bool {
 // more than 64 characters, or characters outside A-Z a-z 0-9 _ . : -. Such an id is never
 // looked up, logged, traced or echoed.
 func (s *server) screenPathID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		for _, name := range c.ParamNames() {
-			if name != "id" {
+	return func(c *echo.Context) error {
+		for _, pv := range c.PathValues() {
+			if pv.Name != "id" {
 				continue
 			}
-			id := c.Param(name)
+			id := pv.Value
 			// echo gives the id as the path wrote it, percent-escapes included.
 			unescaped, err := url.PathUnescape(id)
 			switch {

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -294,7 +294,7 @@ func newSeries(before, after string) []string {
 func servedRouteNames(handlers ...http.Handler) map[string]bool {
 	out := map[string]bool{}
 	for _, h := range handlers {
-		for _, r := range h.(*echo.Echo).Routes() {
+		for _, r := range h.(*echo.Echo).Router().Routes() {
 			if r.Method != echo.RouteNotFound {
 				out[r.Method+" "+r.Path] = true
 			}

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/limits"
@@ -50,7 +50,7 @@ func keyRate(cfg config.Limits) limits.Rate {
 // scope to the bulkheads (the key's share of each gateway, resilience.WithKeyScope), and a key
 // over its rate is answered 429 before anything else happens, so no Idempotency-Key is taken:
 // the same request may be sent again after Retry-After.
-func (s *server) keyLimited(c echo.Context, scope string, next echo.HandlerFunc) error {
+func (s *server) keyLimited(c *echo.Context, scope string, next echo.HandlerFunc) error {
 	req := c.Request()
 	c.SetRequest(req.WithContext(resilience.WithKeyScope(req.Context(), scope)))
 	if s.Limits != nil {
@@ -69,7 +69,7 @@ func (s *server) keyLimited(c echo.Context, scope string, next echo.HandlerFunc)
 // balancer's, a shop's NAT). A wrong guess costs the same constant-time check either way, and
 // is answered 429, not counted again, until the address's bucket refills: the 401s an address
 // gets stay at auth_failures_per_minute.
-func (s *server) authBlocked(c echo.Context) (blocked bool, err error) {
+func (s *server) authBlocked(c *echo.Context) (blocked bool, err error) {
 	if s.Limits == nil {
 		return false, nil
 	}
@@ -82,7 +82,7 @@ func (s *server) authBlocked(c echo.Context) (blocked bool, err error) {
 }
 
 // countAuthFailure counts a refused authentication against the client's address.
-func (s *server) countAuthFailure(c echo.Context) {
+func (s *server) countAuthFailure(c *echo.Context) {
 	if s.Limits != nil {
 		s.Limits.auth.Failed(clientAddress(c), time.Now())
 	}
@@ -90,7 +90,7 @@ func (s *server) countAuthFailure(c echo.Context) {
 
 // rateLimited is the 429 of a limit: Retry-After in whole seconds (at least 1) and
 // retry_after_ms, counted by reason.
-func (s *server) rateLimited(c echo.Context, reason string, wait time.Duration, detail string) error {
+func (s *server) rateLimited(c *echo.Context, reason string, wait time.Duration, detail string) error {
 	if s.Metrics != nil {
 		s.Metrics.RateLimited(reason)
 	}

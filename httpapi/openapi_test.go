@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
@@ -565,8 +565,8 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		h   http.Handler
 	}{{storefrontURL, httpapi.NewServer(deps)}, {adminURL, httpapi.NewAdminServer(deps)}}
 	for _, l := range listeners {
-		var routes []*echo.Route
-		for _, r := range l.h.(*echo.Echo).Routes() {
+		var routes []echo.RouteInfo
+		for _, r := range l.h.(*echo.Echo).Router().Routes() {
 			if slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, r.Method) && !strings.Contains(r.Path, "*") {
 				routes = append(routes, r)
 			}
@@ -587,7 +587,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 				continue
 			}
 			for _, m := range httpMethods {
-				if p.item.GetOperation(m) != nil && !slices.ContainsFunc(routes, func(r *echo.Route) bool {
+				if p.item.GetOperation(m) != nil && !slices.ContainsFunc(routes, func(r echo.RouteInfo) bool {
 					return r.Method == m && routeMatches(r.Path, p.segs)
 				}) {
 					t.Errorf("%s: %s %s is documented but no route serves it", l.url, m, p.template)

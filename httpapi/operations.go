@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/payments"
@@ -45,7 +45,7 @@ func refundViewOf(rf *payrouter.Refund) refundView {
 // readOptionalJSONBody reads a body that may be left out: an empty one needs no Content-Type
 // (POST /charge/{id}/capture with no body at all is the usual call); any other must be
 // application/json and at most 64 KiB. It returns nil for an empty body.
-func readOptionalJSONBody(c echo.Context) ([]byte, *problem) {
+func readOptionalJSONBody(c *echo.Context) ([]byte, *problem) {
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
 	if err != nil {
 		p := invalid("the body could not be read")
@@ -117,7 +117,7 @@ func decodeOperation(body []byte, withAmount bool) (amount int64, errs []fieldEr
 
 // operationRequest checks what every operation on a charge needs before anything happens: its
 // body, its Idempotency-Key. It returns the amount asked for (refunds) or the problem to answer.
-func operationRequest(c echo.Context, withAmount bool) (key string, amount int64, p *problem) {
+func operationRequest(c *echo.Context, withAmount bool) (key string, amount int64, p *problem) {
 	body, p := readOptionalJSONBody(c)
 	if p != nil {
 		return "", 0, p
@@ -135,18 +135,18 @@ func operationRequest(c echo.Context, withAmount bool) (key string, amount int64
 }
 
 // captureCharge is POST /charge/{id}/capture.
-func (s *server) captureCharge(c echo.Context) error {
+func (s *server) captureCharge(c *echo.Context) error {
 	return s.changeAuthorization(c, "capture", s.Payments.CaptureCharge)
 }
 
 // voidCharge is POST /charge/{id}/void.
-func (s *server) voidCharge(c echo.Context) error {
+func (s *server) voidCharge(c *echo.Context) error {
 	return s.changeAuthorization(c, "void", s.Payments.VoidCharge)
 }
 
 // changeAuthorization runs capture or void under the request's Idempotency-Key and answers 200
 // with the charge.
-func (s *server) changeAuthorization(c echo.Context, op string, run func(context.Context, payments.Request, string, payments.Render) (payments.Answer, error)) error {
+func (s *server) changeAuthorization(c *echo.Context, op string, run func(context.Context, payments.Request, string, payments.Render) (payments.Answer, error)) error {
 	key, _, p := operationRequest(c, false)
 	if p != nil {
 		return writeProblem(c, *p)
@@ -164,7 +164,7 @@ func (s *server) changeAuthorization(c echo.Context, op string, run func(context
 
 // refundCharge is POST /charge/{id}/refund: 201 with the refund when the gateway applied it, 202
 // when it is queued to be sent later.
-func (s *server) refundCharge(c echo.Context) error {
+func (s *server) refundCharge(c *echo.Context) error {
 	key, amount, p := operationRequest(c, true)
 	if p != nil {
 		return writeProblem(c, *p)
@@ -194,7 +194,7 @@ func refundAnswer(rf *payrouter.Refund) (payments.Answer, error) {
 }
 
 // getRefund is GET /refund/{id}.
-func (s *server) getRefund(c echo.Context) error {
+func (s *server) getRefund(c *echo.Context) error {
 	rf, err := s.Payments.GetRefund(c.Request().Context(), scopeOf(c), c.Param("id"))
 	if err != nil {
 		return s.writeError(c, "refund.get_failed", err)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
@@ -87,7 +87,7 @@ func newProblem(code payrouter.ErrorCode, detail string) problem {
 }
 
 // writeProblem sends p as application/problem+json.
-func writeProblem(c echo.Context, p problem) error {
+func writeProblem(c *echo.Context, p problem) error {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
@@ -103,7 +103,7 @@ func invalid(detail string, errs ...fieldError) problem {
 }
 
 // unavailableProblem is the honest 503 of a fallback that fails, with Retry-After.
-func unavailableProblem(c echo.Context, u *fallback.Unavailable) problem {
+func unavailableProblem(c *echo.Context, u *fallback.Unavailable) problem {
 	p := newProblem(payrouter.EGatewaysUnavailable,
 		"every candidate gateway is open, full or unavailable; send the same request again after Retry-After")
 	p.ChargeID = u.ChargeID
@@ -150,7 +150,7 @@ const stateFullDetail = "this API key holds its whole share of payrouter's in-me
 // by the store when it goes down), a fallback that fails, a hold lost, a key in flight or used
 // with another body, and every coded error (not found, declined, invalid, ...) are answers, not
 // faults, and are not logged.
-func (s *server) errorProblem(c echo.Context, event string, err error) problem {
+func (s *server) errorProblem(c *echo.Context, event string, err error) problem {
 	var u *fallback.Unavailable
 	var detailed *internalDetail
 	switch {
@@ -200,7 +200,7 @@ func (s *server) errorProblem(c echo.Context, event string, err error) problem {
 // logInternal logs an internal error under event with what the request is about: its id, and the
 // charge or refund it names once payrouter knows it is one (the caller's text otherwise could be
 // anything, a credential pasted in the wrong place included).
-func (s *server) logInternal(c echo.Context, event string, err error) {
+func (s *server) logInternal(c *echo.Context, event string, err error) {
 	attrs := []slog.Attr{
 		slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)),
 		slog.String("method", c.Request().Method),
@@ -225,13 +225,13 @@ func (s *server) logInternal(c echo.Context, event string, err error) {
 }
 
 // writeError answers err as its problem (errorProblem, which logs it under event when internal).
-func (s *server) writeError(c echo.Context, event string, err error) error {
+func (s *server) writeError(c *echo.Context, event string, err error) error {
 	return writeProblem(c, s.errorProblem(c, event, err))
 }
 
 // chargeAsItStands is the charge an operation's path names (/charge/{id}/...), as stored now,
 // when the request's key owns it; nil otherwise, or when it cannot be read.
-func (s *server) chargeAsItStands(c echo.Context) *chargeView {
+func (s *server) chargeAsItStands(c *echo.Context) *chargeView {
 	id := c.Param("id")
 	if s.Store == nil || !looksLikeID(id, "ch_") {
 		return nil
@@ -245,32 +245,32 @@ func (s *server) chargeAsItStands(c echo.Context) *chargeView {
 }
 
 // errorAnswer is err's problem as an answer, for the work of an idempotent request.
-func (s *server) errorAnswer(c echo.Context, event string, err error) (payments.Answer, error) {
+func (s *server) errorAnswer(c *echo.Context, event string, err error) (payments.Answer, error) {
 	p := s.errorProblem(c, event, err)
 	return jsonAnswer(p.Status, "application/problem+json", p)
 }
 
 // httpErrorHandler answers echo's own errors (unknown route, wrong method) as problems, and any
 // error a handler returned instead of answering (errorProblem: logged as internal).
-func (s *server) httpErrorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
+func (s *server) httpErrorHandler(c *echo.Context, err error) {
+	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
 		// The answer is on its way: the error is writing it (the client went away), which
 		// changes nothing the caller could act on.
 		s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http.write_failed",
 			slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)), slog.String("err", err.Error()))
 		return
 	}
-	var he *echo.HTTPError
+	// echo's errors carry their status (echo.ErrNotFound and the like, *echo.HTTPError); 0 for
+	// any other error.
 	var p problem
-	errors.As(err, &he)
-	switch {
-	case he != nil && he.Code == http.StatusNotFound:
+	switch echo.StatusCode(err) {
+	case http.StatusNotFound:
 		p = newProblem(payrouter.ENotFound, "no such resource")
-	case he != nil && he.Code == http.StatusMethodNotAllowed:
+	case http.StatusMethodNotAllowed:
 		p = newProblem(codeMethodNotAllowed, "this resource does not answer that method")
-	case he != nil && he.Code == http.StatusRequestEntityTooLarge:
+	case http.StatusRequestEntityTooLarge:
 		p = newProblem(codePayloadTooLarge, "the body is larger than 64 KiB")
-	case he != nil && he.Code == http.StatusUnauthorized:
+	case http.StatusUnauthorized:
 		p = newProblem(payrouter.EUnauthorized, "send Authorization: Bearer <key>")
 	default:
 		p = s.errorProblem(c, "http.failed", err)

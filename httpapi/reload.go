@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
@@ -27,7 +27,7 @@ type Reloader interface {
 
 // reloadConfig is POST /admin/reload: 200 with what changed, or 422 invalid-config listing every
 // problem of the file, one per entry of errors, while the running configuration stays.
-func (s *server) reloadConfig(c echo.Context) error {
+func (s *server) reloadConfig(c *echo.Context) error {
 	if s.Reloader == nil {
 		return writeProblem(c, newProblem(payrouter.ENotFound, "this process cannot reload its configuration"))
 	}

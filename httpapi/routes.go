@@ -1,7 +1,7 @@
 package httpapi
 
 import (
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter/config"
 )

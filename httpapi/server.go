@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/cardnum"
@@ -65,8 +65,9 @@ func newEcho(d Deps) (*echo.Echo, *server) {
 		s.Credentials = NewCredentials(nil, "")
 	}
 	e := echo.New()
+	// echo's own complaints (a handler writing a second status) join payrouter's log, not stdout.
+	e.Logger = s.Log
 	s.routes = routeSet(e)
-	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.httpErrorHandler
 	// trace before observe: the request's log line and duration carry its span's trace id.
 	e.Use(s.requestID, s.trace, s.observe, s.recover, s.screenPathID)
@@ -96,7 +97,7 @@ func NewAdminServer(d Deps) http.Handler {
 // failed payments, while replacing it already keeps the number out of everything payrouter
 // writes.
 func (s *server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
+	return func(c *echo.Context) error {
 		id := c.Request().Header.Get(echo.HeaderXRequestID)
 		switch {
 		case cardnum.Contains(id):
@@ -128,14 +129,14 @@ func validRequestID(id string) bool {
 // request's context: the line carries the trace id of the span trace put there, and the
 // histogram takes it as an exemplar. It never logs a body or a header value but the request id.
 func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
+	return func(c *echo.Context) error {
 		start := time.Now()
 		err := next(c)
 		if err != nil {
-			c.Error(err)
+			c.Echo().HTTPErrorHandler(c, err)
 		}
 		d := time.Since(start)
-		status := c.Response().Status
+		_, status := echo.ResolveResponseStatus(c.Response(), nil)
 		route := s.routeOf(c)
 		if s.Metrics != nil && !s.isScrape(c) {
 			s.Metrics.HTTPRequest(c.Request().Context(), route, status, d)
@@ -152,7 +153,7 @@ func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 
 // recover turns a panic into a 500 problem and a log line, and keeps the process serving.
 func (s *server) recover(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) (err error) {
+	return func(c *echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				if r == http.ErrAbortHandler {
@@ -172,7 +173,7 @@ func (s *server) recover(next echo.HandlerFunc) echo.HandlerFunc {
 // clientAddress is the address of the peer that sent the request: the TCP peer, never a
 // header such as X-Forwarded-For, which the caller could write. It names the client in the
 // audit and failed-authentication lines.
-func clientAddress(c echo.Context) string {
+func clientAddress(c *echo.Context) string {
 	host, _, err := net.SplitHostPort(c.Request().RemoteAddr)
 	if err != nil {
 		return c.Request().RemoteAddr
@@ -183,13 +184,13 @@ func clientAddress(c echo.Context) string {
 // actorOf names who made the request, once authenticated: "key:<scope>" for an API key,
 // "admin:<name>" for an admin token (auth.admin_token is "admin:admin"); "" before
 // authentication.
-func actorOf(c echo.Context) string {
+func actorOf(c *echo.Context) string {
 	a, _ := c.Get("actor").(string)
 	return a
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.
-func bearer(c echo.Context) (string, bool) {
+func bearer(c *echo.Context) (string, bool) {
 	h := c.Request().Header.Get(echo.HeaderAuthorization)
 	const prefix = "Bearer "
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
@@ -205,7 +206,7 @@ func bearer(c echo.Context) (string, bool) {
 // the right answers 403.
 func (s *server) requireAPIKey(right string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
+		return func(c *echo.Context) error {
 			token, ok := bearer(c)
 			var key *apiKey
 			if ok {
@@ -247,7 +248,7 @@ func digestScope(sum [32]byte) string {
 // (401), or 429 from an address that failed too often (authBlocked); a right token is never
 // refused for its address's failures.
 func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
+	return func(c *echo.Context) error {
 		creds := s.Credentials.load()
 		if len(creds.admins) == 0 {
 			return writeProblem(c, newProblem(codeForbidden, "the admin API is disabled: set auth.admin_token or auth.admin_tokens"))
@@ -271,22 +272,22 @@ func (s *server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func (s *server) healthz(c echo.Context) error {
+func (s *server) healthz(c *echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // readyz is the storefront's GET /readyz: 200 when the configuration is loaded (it is, or
 // nothing would serve) and the state stores answer within a second, else 503 with no more said:
 // what does not answer, and its error, are the admin listener's to tell (adminReadyz).
-func (s *server) readyz(c echo.Context) error { return s.ready(c, false) }
+func (s *server) readyz(c *echo.Context) error { return s.ready(c, false) }
 
 // adminReadyz is the admin listener's GET /readyz: readyz with the reason, which names the store
 // and its error (a database's user and name may be in it): the admin listener is private.
-func (s *server) adminReadyz(c echo.Context) error { return s.ready(c, true) }
+func (s *server) adminReadyz(c *echo.Context) error { return s.ready(c, true) }
 
 // ready answers whether the state stores answer within a second, with what does not when
 // details is set.
-func (s *server) ready(c echo.Context, details bool) error {
+func (s *server) ready(c *echo.Context, details bool) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), time.Second)
 	defer cancel()
 	notReady := func(reason string) error {

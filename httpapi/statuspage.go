@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 )
 
 // The breaker status page of the admin listener: GET /admin/ and its script. A browser's
@@ -62,13 +62,13 @@ func setStatusPageHeaders(h http.Header) {
 }
 
 // statusPage is GET /admin/: the breaker status page.
-func (s *server) statusPage(c echo.Context) error {
+func (s *server) statusPage(c *echo.Context) error {
 	setStatusPageHeaders(c.Response().Header())
 	return c.Blob(http.StatusOK, "text/html; charset=utf-8", statusPageHTML)
 }
 
 // statusPageScript is GET /admin/statuspage.js: the page's script.
-func (s *server) statusPageScript(c echo.Context) error {
+func (s *server) statusPageScript(c *echo.Context) error {
 	setStatusPageHeaders(c.Response().Header())
 	return c.Blob(http.StatusOK, "text/javascript; charset=utf-8", statusPageJS)
 }

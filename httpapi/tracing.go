@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -34,7 +34,7 @@ const unmatchedRoute = "(unmatched)"
 // routeOf names a request by its method and route pattern ("POST /charge/:id"), never by its
 // path: ids would make every name new. A request no route of its listener answers is
 // unmatchedRoute. It names the request's span, its request-duration series and its log lines.
-func (s *server) routeOf(c echo.Context) string {
+func (s *server) routeOf(c *echo.Context) string {
 	route := c.Request().Method + " " + c.Path()
 	if c.Path() == "" || !s.routes()[route] {
 		return unmatchedRoute
@@ -47,7 +47,7 @@ func (s *server) routeOf(c echo.Context) string {
 func routeSet(e *echo.Echo) func() map[string]bool {
 	return sync.OnceValue(func() map[string]bool {
 		routes := map[string]bool{}
-		for _, r := range e.Routes() {
+		for _, r := range e.Router().Routes() {
 			if r.Method != echo.RouteNotFound {
 				routes[r.Method+" "+r.Path] = true
 			}
@@ -57,7 +57,7 @@ func routeSet(e *echo.Echo) func() map[string]bool {
 }
 
 // isScrape tells a scrape of /metrics, which is neither traced nor counted.
-func (s *server) isScrape(c echo.Context) bool {
+func (s *server) isScrape(c *echo.Context) bool {
 	return c.Path() == "/metrics" && s.routeOf(c) == http.MethodGet+" /metrics"
 }
 
@@ -79,7 +79,7 @@ func methodOf(req *http.Request) string {
 // (resilience.Guard.Do) find it there. It records the method, route, status code, request id
 // and charge id, never a header or a body. Scrapes of /metrics are not traced.
 func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
+	return func(c *echo.Context) error {
 		if s.isScrape(c) {
 			return next(c)
 		}
@@ -93,7 +93,7 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 		err := next(c)
 
 		if span.IsRecording() {
-			status := c.Response().Status
+			_, status := echo.ResolveResponseStatus(c.Response(), nil)
 			span.SetAttributes(attrMethod.String(methodOf(req)), attrStatus.Int(status))
 			if route != unmatchedRoute {
 				span.SetAttributes(attrRoute.String(c.Path()))
@@ -114,7 +114,7 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 
 // chargeIDOf is the charge a request is about: the one POST /charge made or found for its
 // Idempotency-Key (createCharge), or the one the path names.
-func chargeIDOf(c echo.Context) string {
+func chargeIDOf(c *echo.Context) string {
 	if id, _ := c.Get("charge_id").(string); id != "" {
 		return id
 	}

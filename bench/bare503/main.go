@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v5"
 )
 
 // maxBodyBytes is payrouter's limit (httpapi.MaxBodyBytes), repeated so that the baseline reads
@@ -59,8 +59,7 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.POST("/charge", func(c echo.Context) error {
+	e.POST("/charge", func(c *echo.Context) error {
 		// The same read as payrouter's readJSONBody: the whole body, bounded by the limit.
 		if _, err := io.ReadAll(io.LimitReader(c.Request().Body, maxBodyBytes+1)); err != nil {
 			return err
@@ -70,7 +69,7 @@ func run(ctx context.Context, args []string) error {
 		h.Set("Retry-After", *retryAfter)
 		return c.Blob(http.StatusServiceUnavailable, "application/problem+json", body)
 	})
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.GET("/healthz", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -145,10 +145,16 @@ func TestRunServesStripeWhenAsked(t *testing.T) {
 }
 
 // TestRunStopsWithHungCalls: a call hung by mode hang does not hold up the shutdown.
+//
+// The test's client keeps no connection between calls. A pooling client can be left holding a
+// connection it dialed and never sent a request on (dialed for a call that an idle connection
+// then took; Go 1.27's client does so often under -race), and net/http's Shutdown waits up to 5 s
+// for such a connection's first request: that wait is not a hung call's, and would hide one.
 func TestRunStopsWithHungCalls(t *testing.T) {
 	urls, stop := start(t)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, urls["ding"]+"/_sim/behavior", strings.NewReader(`{"mode":"hang"}`))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("PUT /_sim/behavior: %v %v", resp, err)
 	}
@@ -158,7 +164,7 @@ func TestRunStopsWithHungCalls(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, urls["ding"]+"/api/V1/SendTransfer", strings.NewReader(`{}`))
 		req.Header["api_key"] = []string{"k"}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -167,7 +173,7 @@ func TestRunStopsWithHungCalls(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, urls["ding"]+"/_sim/stats", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
