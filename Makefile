@@ -9,10 +9,20 @@ BIN   := bin
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
+# What `payrouter version` says of a build (internal/buildinfo): the commit from git, and the
+# version from a v* tag when there is one (else the module's own, "(devel)" from a checkout).
+# Stamped with the linker because go build records no commit with -buildvcs=false, nor in a
+# copy of the sources without .git.
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null)
+MODIFIED ?= $(shell git diff --quiet HEAD -- 2>/dev/null || echo true)
+BUILDINFO := github.com/payrouter/payrouter/internal/buildinfo
+LDFLAGS  := -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).modified=$(MODIFIED)
+
 .PHONY: build
 build: ## build bin/payrouter and bin/gatewaysim
-	$(GO) build -o $(BIN)/payrouter ./cmd/payrouter
-	$(GO) build -o $(BIN)/gatewaysim ./cmd/gatewaysim
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/payrouter ./cmd/payrouter
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gatewaysim ./cmd/gatewaysim
 
 .PHONY: run
 run: build ## start the simulated gateways and payrouter on configs/payrouter.yaml (Ctrl-C stops both)
