@@ -24,6 +24,17 @@ build: ## build bin/payrouter and bin/gatewaysim
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/payrouter ./cmd/payrouter
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gatewaysim ./cmd/gatewaysim
 
+# make image: payrouter's container image (Dockerfile) and the simulators', tagged IMAGE:TAG and
+# IMAGE-gatewaysim:TAG (TAG: the version, else the commit) and :latest. IMAGE_BUILDER runs the
+# Dockerfile: buildah, podman or docker (with options: "buildah --storage-driver vfs").
+IMAGE         ?= localhost/payrouter
+IMAGE_BUILDER ?= buildah
+PACKAGE_ENV = GO='$(GO)' LDFLAGS='$(LDFLAGS)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' MODIFIED='$(MODIFIED)'
+
+.PHONY: image
+image: ## the container images (FROM scratch: the static binary, the CA bundle, configs/; uid 65532), localhost/payrouter and localhost/payrouter-gatewaysim, with IMAGE_BUILDER (buildah; podman or docker work too): docs/deploy.md
+	$(PACKAGE_ENV) IMAGE='$(IMAGE)' IMAGE_BUILDER='$(IMAGE_BUILDER)' bash scripts/build-image.sh
+
 .PHONY: run
 run: build ## start the simulated gateways and payrouter on configs/payrouter.yaml (Ctrl-C stops both)
 	@bash scripts/run-demo.sh
@@ -91,5 +102,5 @@ lint: ## gofmt and go vet (and staticcheck when installed)
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest): skipped"; fi
 
 .PHONY: clean
-clean: ## remove bin/
+clean: ## remove bin/ (the binaries and bin/image/)
 	rm -rf $(BIN)
