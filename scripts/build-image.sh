@@ -63,7 +63,7 @@ if info="$(bin/image/payrouter version -json 2>/dev/null)"; then
   label_commit="$(sed -n 's/.*"commit":"\([^"]*\)".*/\1/p' <<<"$info")"
 fi
 
-"${builder[@]}" build --target gatewaysim -t "$IMAGE-gatewaysim:$IMAGE_TAG" -t "$IMAGE-gatewaysim:latest" -f Dockerfile .
-"${builder[@]}" build --target payrouter --build-arg "VERSION=$label_version" --build-arg "COMMIT=$label_commit" \
+"${builder[@]}" build --platform "linux/$GOARCH" --target gatewaysim -t "$IMAGE-gatewaysim:$IMAGE_TAG" -t "$IMAGE-gatewaysim:latest" -f Dockerfile .
+"${builder[@]}" build --platform "linux/$GOARCH" --target payrouter --build-arg "VERSION=$label_version" --build-arg "COMMIT=$label_commit" \
   -t "$IMAGE:$IMAGE_TAG" -t "$IMAGE:latest" -f Dockerfile .
 echo "built $IMAGE:$IMAGE_TAG and $IMAGE-gatewaysim:$IMAGE_TAG (both also :latest)"
