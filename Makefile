@@ -13,10 +13,37 @@ BIN   := bin
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
+# What `payrouter version` says of a build (internal/buildinfo): the commit from git, and the
+# version from a v* tag when there is one (else the module's own, "(devel)" from a checkout).
+# Stamped with the linker because go build records no commit with -buildvcs=false, nor in a
+# copy of the sources without .git.
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null)
+MODIFIED ?= $(shell git diff --quiet HEAD -- 2>/dev/null || echo true)
+BUILDINFO := github.com/payrouter/payrouter/internal/buildinfo
+LDFLAGS  := -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).modified=$(MODIFIED)
+
 .PHONY: build
 build: ## build bin/payrouter and bin/gatewaysim
-	$(GO) build -o $(BIN)/payrouter ./cmd/payrouter
-	$(GO) build -o $(BIN)/gatewaysim ./cmd/gatewaysim
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/payrouter ./cmd/payrouter
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/gatewaysim ./cmd/gatewaysim
+
+# make image: payrouter's container image (Dockerfile) and the simulators', tagged IMAGE:TAG and
+# IMAGE-gatewaysim:TAG (TAG: the version, else the commit) and :latest. IMAGE_BUILDER runs the
+# Dockerfile: buildah, podman or docker (with options: "buildah --storage-driver vfs").
+IMAGE         ?= localhost/payrouter
+IMAGE_BUILDER ?= buildah
+# make package: the helm release built from the Go module proxy to lint and render the chart.
+HELM_VERSION  ?= v3.22.0
+PACKAGE_ENV = GO='$(GO)' LDFLAGS='$(LDFLAGS)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' MODIFIED='$(MODIFIED)'
+
+.PHONY: image
+image: ## the container images (FROM scratch: the static binary, the CA bundle, configs/; uid 65532), localhost/payrouter and localhost/payrouter-gatewaysim, with IMAGE_BUILDER (buildah; podman or docker work too): docs/deploy.md
+	$(PACKAGE_ENV) IMAGE='$(IMAGE)' IMAGE_BUILDER='$(IMAGE_BUILDER)' bash scripts/build-image.sh
+
+.PHONY: package
+package: ## build the images in a throwaway buildah store and check them (payrouter version, check and serve run inside; user, files), deploy/compose.yaml, and the Helm chart (helm lint, helm template and what it renders)
+	$(PACKAGE_ENV) HELM_VERSION=$(HELM_VERSION) bash scripts/check-package.sh
 
 .PHONY: run
 run: build ## start the simulated gateways and payrouter on configs/payrouter.yaml (Ctrl-C stops both)
@@ -27,12 +54,13 @@ run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gat
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, govulncheck (make vulncheck), the alert rules' promtool tests, the API spec's lint and generated clients (make api-clients), every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
+test: ## go vet, govulncheck (make vulncheck), the alert rules' promtool tests, the API spec's lint and generated clients (make api-clients), every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), the packaging checks (make package), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
 	$(GO) vet ./...
 	$(MAKE) vulncheck
 	bash scripts/check-alerts.sh
 	bash scripts/check-api-clients.sh
 	PAYROUTER_CONTRACT_SUITE=$(abspath $(CONTRACT_SUITE)) $(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) package
 	$(MAKE) fuzz-short
 	$(MAKE) contract
 
@@ -92,5 +120,5 @@ lint: ## gofmt and go vet (and staticcheck when installed)
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest): skipped"; fi
 
 .PHONY: clean
-clean: ## remove bin/
+clean: ## remove bin/ (the binaries, bin/image/ and the helm of bin/tools/)
 	rm -rf $(BIN)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v5"
+
+	"github.com/payrouter/payrouter/telemetry"
 )
 
 // Audit: every action that moves money or changes how payrouter routes it writes one `audit`
@@ -83,7 +85,7 @@ func (s *server) auditLine(c *echo.Context, action, problemType string) {
 	if c.Response().Header().Get("Idempotent-Replayed") == "true" {
 		attrs = append(attrs, slog.Bool("replayed", true))
 	}
-	s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, "audit", attrs...)
+	s.Log.LogAttrs(c.Request().Context(), slog.LevelInfo, telemetry.AuditMessage, attrs...) // written at every -log-level
 }
 
 // looksLikeID reports whether s has the shape of the ids payrouter makes: prefix, then up to 40

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -92,7 +93,7 @@ func newTracedStack(t *testing.T) *tracedStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := telemetry.NewLogger(ts.log)
+	log := telemetry.NewLogger(ts.log, slog.LevelInfo)
 	st.payments = payments.New(payments.Config{Router: router, Keys: st.store, KeysTTL: time.Hour, Hold: time.Minute, Events: st.store,
 		Charges: st.store, Refunds: st.store, Queue: st.store, Budget: 2 * time.Second, Log: log, Observer: metrics.RouterObserver()})
 	deps := Deps{

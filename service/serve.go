@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/payrouter/payrouter/httpapi"
+	"github.com/payrouter/payrouter/telemetry"
 )
 
 // Serve runs both listeners until ctx ends, then drains them: charges under way finish (each
@@ -77,7 +78,7 @@ func (s *Service) serving(ctx context.Context, hup <-chan os.Signal, errc <-chan
 			} else if err != nil {
 				result = "internal"
 			}
-			s.log.Info("audit", "action", "reload", "actor", "signal:SIGHUP", "client_address", "local", "result", result)
+			s.log.Info(telemetry.AuditMessage, "action", "reload", "actor", "signal:SIGHUP", "client_address", "local", "result", result)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -42,7 +43,7 @@ var targetLabels = []string{"instance", "job"}
 func exportedSeries(t *testing.T) map[string][]string {
 	t.Helper()
 	m := NewMetrics()
-	o := NewObserver(m, NewLogger(io.Discard))
+	o := NewObserver(m, NewLogger(io.Discard, slog.LevelInfo))
 	const gw, op = "paywell", payrouter.OpCharge
 	m.InitBreaker(gw, op, resilience.StateClosed)
 	m.BreakerCooldown(gw, op, 30*time.Second)
@@ -692,7 +693,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 func TestBreakerOpenedTimestampSurvivesTrials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := NewMetrics()
-		o := NewObserver(m, NewLogger(io.Discard))
+		o := NewObserver(m, NewLogger(io.Discard, slog.LevelInfo))
 		m.BreakerCooldown("paywell", payrouter.OpCharge, 4*time.Second)
 		b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 1, Cooldown: 4 * time.Second}, HalfOpenRequests: 1}, o)
 		call := func(outcome payrouter.Outcome) {

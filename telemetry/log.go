@@ -2,8 +2,10 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -12,8 +14,70 @@ import (
 // with a context that holds a span (logger.InfoContext(ctx, ...), LogAttrs(ctx, ...)) carries
 // its trace_id and span_id, so that a request's log lines lead to its trace and back; lines
 // logged without a context (breaker transitions) carry none.
-func NewLogger(w io.Writer) *slog.Logger {
-	return slog.New(traceHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})})
+//
+// Lines below level are not written, but for one kind: "audit" lines (docs/audit.md) are written
+// at every level. They are the record of who moved money or changed the routing, which a level
+// chosen to quieten the log must not silently end.
+func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	// The JSON handler itself filters nothing: levelHandler decides.
+	inner := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug - 100})
+	return slog.New(levelHandler{traceHandler{inner}, level})
+}
+
+// AuditMessage is the message of an audit line, which every level writes.
+const AuditMessage = "audit"
+
+// auditLevel is the level audit lines are logged at.
+const auditLevel = slog.LevelInfo
+
+// levelHandler drops the records below its level, audit lines excepted.
+type levelHandler struct {
+	slog.Handler
+	level slog.Leveler
+}
+
+// Enabled implements slog.Handler. It cannot see the message yet, so it lets the audit lines'
+// level through and Handle drops what is not an audit line.
+func (h levelHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= h.level.Level() || l == auditLevel
+}
+
+// Handle implements slog.Handler.
+func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < h.level.Level() && r.Message != AuditMessage {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return levelHandler{h.Handler.WithAttrs(attrs), h.level}
+}
+
+// WithGroup implements slog.Handler.
+func (h levelHandler) WithGroup(name string) slog.Handler {
+	return levelHandler{h.Handler.WithGroup(name), h.level}
+}
+
+// LogLevels are the names ParseLogLevel takes, lowest first.
+var LogLevels = []string{"debug", "info", "warn", "error"}
+
+// ParseLogLevel reads a level's name (debug, info, warn or error, in any case), as `payrouter
+// serve -log-level` takes it. Only these four: slog's own "info+2" and the like would let a typo
+// such as "inf0" or "warning" pass for something else, or fail with a message naming no choice.
+func ParseLogLevel(name string) (slog.Level, error) {
+	switch strings.ToLower(name) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%q is no log level: want one of %s", name, strings.Join(LogLevels, ", "))
 }
 
 // traceHandler adds the trace and span ids of the context's span to each record.

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 func TestObserverLogsAndCountsTransitions(t *testing.T) {
 	var logs bytes.Buffer
 	m := NewMetrics()
-	o := NewObserver(m, NewLogger(&logs))
+	o := NewObserver(m, NewLogger(&logs, slog.LevelInfo))
 	b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 4 * time.Second}}, o)
 	for range 3 {
 		done, err := b.Allow()

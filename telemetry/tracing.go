@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -16,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/payrouter/payrouter/internal/buildinfo"
 )
 
 // DefaultServiceName is service.name when OTEL_SERVICE_NAME is not set.
@@ -218,20 +219,13 @@ func samplerFrom(getenv func(string) string) (sdktrace.Sampler, error) {
 	}, ", "))
 }
 
-// BuildVersion is the version of the running binary as the Go toolchain recorded it (the module
-// version, or the VCS revision of a build from a checkout), for service.version; "" when unknown.
+// BuildVersion is the version of the running binary for service.version: its module version,
+// or the commit of a build whose module version is not known (internal/buildinfo: stamped by the
+// Makefile, else recorded by the Go toolchain); "" when neither is known.
 func BuildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
+	info := buildinfo.Read()
+	if info.Version != buildinfo.Devel {
+		return info.Version
 	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			return s.Value
-		}
-	}
-	return ""
+	return info.Commit
 }

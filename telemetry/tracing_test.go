@@ -227,7 +227,7 @@ func spanContext(sampled bool) trace.SpanContext {
 
 func TestLoggerAddsTraceIDs(t *testing.T) {
 	var buf bytes.Buffer
-	log := NewLogger(&buf).With("component", "test")
+	log := NewLogger(&buf, slog.LevelInfo).With("component", "test")
 	ctx := trace.ContextWithSpanContext(t.Context(), spanContext(true))
 	log.InfoContext(ctx, "with.span")
 	log.InfoContext(t.Context(), "without.span")

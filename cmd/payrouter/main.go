@@ -5,6 +5,8 @@
 //	payrouter check -config FILE   validate, and print each gateway's capacity arithmetic
 //	payrouter probe -config FILE   the out-of-band prober alone (needs shared state)
 //	payrouter migrate -config FILE apply the database's migrations (serve applies them too)
+//	payrouter version              the module version, commit and Go version of this build
+//	payrouter healthcheck -url URL one GET of a health endpoint: exit 0 on 200 (for a container)
 package main
 
 import (
@@ -15,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/payrouter/payrouter/internal/buildinfo"
 )
 
 func main() {
@@ -56,7 +60,9 @@ const usage = `usage:
   payrouter serve -config FILE   run the service
   payrouter check -config FILE   validate a configuration and print each gateway's capacity
   payrouter probe -config FILE   run only the out-of-band prober (needs state.redis_url)
-  payrouter migrate -config FILE apply the migrations of state.database_url, then exit (serve applies them at start too)`
+  payrouter migrate -config FILE apply the migrations of state.database_url, then exit (serve applies them at start too)
+  payrouter version [-json]      print the module version, commit and Go version of this build (also --version)
+  payrouter healthcheck -url URL GET URL once: exit 0 when it answers 200, else 1 (a container's health check)`
 
 // run is the whole program, with its environment passed in so that tests can call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -72,6 +78,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return probe(ctx, args[1:], getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
+	case "version":
+		return version(args[1:], stdout, stderr)
+	case "healthcheck":
+		return healthcheck(ctx, args[1:], stdout, stderr)
+	case "-version", "--version":
+		// The one line most tools print for --version.
+		_, err := fmt.Fprintln(stdout, "payrouter", buildinfo.Read())
+		return err
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil

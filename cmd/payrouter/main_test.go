@@ -91,6 +91,8 @@ func TestBadCommandLinesAndConfigsExit2(t *testing.T) {
 		{"no command", nil, "no command"},
 		{"unknown command", []string{"launch"}, `unknown command "launch"`},
 		{"no -config", []string{"serve"}, "-config FILE is required"},
+		{"unknown log level", []string{"serve", "-log-level", "verbose", "-config", writeConfig(t, sims, "")}, `invalid value "verbose" for flag -log-level: want one of debug, info, warn, error`},
+		{"log level of the prober", []string{"probe", "-log-level", "warning", "-config", writeConfig(t, sims, "")}, `invalid value "warning" for flag -log-level: want one of debug, info, warn, error`},
 		{"missing file", []string{"check", "-config", "/nonexistent/payrouter.yaml"}, "/nonexistent/payrouter.yaml"},
 		{"unknown key", []string{"check", "-config", writeConfig(t, sims, "not_a_setting: 1\n")}, "not_a_setting"},
 		{"redis url of another scheme", []string{"serve", "-config", writeConfig(t, sims, "state: {redis_url: \"http://127.0.0.1:6379/0\"}\n")}, "state.redis_url"},

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -79,6 +81,7 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (YAML)")
 	listen := fs.String("listen", "", "address for GET /metrics and /healthz (empty: none)")
+	level := logLevelFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
 	}
@@ -89,7 +92,7 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	if cfg.State.RedisURL == "" {
 		return usageError("probe: a prober beside the instances shares their breakers through state.redis_url; it is empty")
 	}
-	log := telemetry.NewLogger(stderr)
+	log := telemetry.NewLogger(stderr, level)
 	svc, err := service.New(ctx, cfg, service.Options{Role: service.Probe, Path: *path, Getenv: getenv, Log: log})
 	if err != nil {
 		return exitCodeOf(err)
@@ -103,11 +106,18 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 
 // serve is `payrouter serve`: both listeners until ctx ends, then a drain of in-flight requests.
 func serve(ctx context.Context, args []string, getenv func(string) string, _, stderr io.Writer) error {
-	cfg, path, err := loadConfig(ctx, "serve", args, getenv, stderr) // what `payrouter check` says of it
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (YAML)")
+	level := logLevelFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return &exitError{code: 2}
+	}
+	cfg, err := loadConfigFile(ctx, "serve", *path, getenv) // what `payrouter check` says of it
 	if err != nil {
 		return err
 	}
-	log := telemetry.NewLogger(stderr)
+	log := telemetry.NewLogger(stderr, level)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -123,7 +133,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	for _, w := range cfg.Check().Warnings {
 		log.Warn("config.warning", "warning", w) // what `payrouter check` would have said
 	}
-	svc, err := service.New(ctx, cfg, service.Options{Role: service.Serve, Path: path, Getenv: getenv, Log: log})
+	svc, err := service.New(ctx, cfg, service.Options{Role: service.Serve, Path: *path, Getenv: getenv, Log: log})
 	if err != nil {
 		return exitCodeOf(err)
 	}
@@ -133,6 +143,30 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	return svc.Serve(ctx, hup)
+}
+
+// logLevel is the value of -log-level: a level ParseLogLevel reads, checked as the command line
+// is parsed, so that a wrong one is refused (exit 2, naming the four) before anything starts.
+type logLevel struct{ slog.LevelVar }
+
+// String implements flag.Value.
+func (l *logLevel) String() string { return strings.ToLower(l.Level().String()) }
+
+// Set implements flag.Value.
+func (l *logLevel) Set(name string) error {
+	level, err := telemetry.ParseLogLevel(name)
+	if err != nil {
+		return errors.New("want one of " + strings.Join(telemetry.LogLevels, ", "))
+	}
+	l.LevelVar.Set(level)
+	return nil
+}
+
+// logLevelFlag adds -log-level to a command that logs; its zero value is info.
+func logLevelFlag(fs *flag.FlagSet) *slog.LevelVar {
+	l := new(logLevel)
+	fs.Var(l, "log-level", "write the log lines of this `level` and above: debug, info (the default), warn or error")
+	return &l.LevelVar
 }
 
 // exitCodeOf gives an error of service.New its exit code: 2 for a configuration it refused.
