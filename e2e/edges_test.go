@@ -45,8 +45,9 @@ import (
 // glued to a short hexadecimal word, with spaces or hyphens. number is the card number alone.
 type cardForm struct{ text, number string }
 
-// The forms of docs/input.md ("A card number beside a word of any kind is refused"), each in the
-// field the incident found it accepted in. Each passes the field's character set, so only the
+// The forms docs/input.md refuses (a card number beside a word of any kind; docs/input.md,
+// False positives, and the policy that keeps them rare), each in the field the incident found
+// it accepted in. Each passes the field's character set, so only the
 // card-number screen can refuse it.
 var (
 	cardInDescription = cardForm{"card 4111 1111 1111 1111 a1", "4111111111111111"}
