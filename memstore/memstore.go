@@ -72,6 +72,9 @@ type Store struct {
 	pins      map[string]int
 	unpinned  []string
 	refundsOf map[string][]string
+
+	// hooks is what the storefront webhooks keep (webhooks.go).
+	hooks webhookState
 }
 
 var _ payrouter.Store = (*Store)(nil)
@@ -107,6 +110,8 @@ func New(opts ...Option) *Store {
 		order:     make(map[string]*list.Element),
 		pins:      make(map[string]int),
 		refundsOf: make(map[string][]string),
+
+		hooks: webhookState{cursors: map[string]int64{}, disabled: map[string]payrouter.WebhookDisabled{}},
 	}
 	for _, opt := range opts {
 		opt(s)
