@@ -198,6 +198,9 @@ type WebhookDelivery struct {
 	Body []byte `json:"body"`
 	// Attempt is the attempt the task makes next, from 1.
 	Attempt int `json:"attempt"`
+	// Deferrals counts the times the task was put back because every slot of its endpoint was
+	// held (no attempt made); it sets how long it waits the next time, and an attempt clears it.
+	Deferrals int `json:"deferrals,omitempty"`
 	// LastError and LastStatus say how the last attempt failed (0: no answer), and
 	// LastAttemptAt when it was made; empty before the first.
 	LastError     string    `json:"last_error,omitempty"`

@@ -47,6 +47,15 @@ type Metrics struct {
 	authFailures       *prometheus.CounterVec
 	rateLimited        *prometheus.CounterVec // limits.go
 	coordinationErrors *prometheus.CounterVec // coordination.go
+
+	// webhooks.go
+	webhookDispatched      *prometheus.CounterVec
+	webhookDeliveries      *prometheus.CounterVec
+	webhookLatency         *prometheus.HistogramVec
+	webhookAttemptDuration *prometheus.HistogramVec
+	webhookInFlight        *prometheus.GaugeVec
+	webhookDisabled        *prometheus.GaugeVec
+	webhookBacklog         *prometheus.GaugeVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -154,6 +163,7 @@ func NewMetrics() *Metrics {
 	m.authFailures = newAuthFailures(reg)
 	m.coordinationErrors = newCoordinationErrors(reg)
 	reg.MustRegister(m.rateLimited)
+	reg.MustRegister(m.newWebhookMetrics()...)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -38,9 +39,10 @@ type Target struct {
 	// Owner is the API key scope whose events the endpoint receives.
 	Owner string
 
-	client  *http.Client
-	signers []*standardwebhooks.Webhook
-	slots   chan struct{}
+	client       *http.Client
+	signers      []*standardwebhooks.Webhook
+	slots        chan struct{}
+	allowPrivate bool
 }
 
 // NewTarget builds the endpoint's client and signers. owner is the scope of its key_name;
@@ -50,7 +52,7 @@ func NewTarget(e Endpoint, owner string, allowPrivate bool) (*Target, error) {
 	if e.MaxConcurrent < 1 || e.Timeout <= 0 {
 		return nil, fmt.Errorf("webhooks: endpoint %s: max_concurrent and timeout must be > 0", e.Name)
 	}
-	t := &Target{Endpoint: e, Owner: owner, slots: make(chan struct{}, e.MaxConcurrent)}
+	t := &Target{Endpoint: e, Owner: owner, slots: make(chan struct{}, e.MaxConcurrent), allowPrivate: allowPrivate}
 	for i, s := range e.Secrets {
 		key, err := ParseSecret(s)
 		if err != nil {
@@ -87,6 +89,9 @@ func NewTarget(e Endpoint, owner string, allowPrivate bool) (*Target, error) {
 	}
 	return t, nil
 }
+
+// sameEndpoint reports whether two endpoints' settings are the same.
+func sameEndpoint(a, b Endpoint) bool { return reflect.DeepEqual(a, b) }
 
 // Close closes the endpoint's idle connections (a reload replaced it, or payrouter stops).
 func (t *Target) Close() { t.client.CloseIdleConnections() }
