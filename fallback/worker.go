@@ -25,9 +25,10 @@ type Handler func(ctx context.Context, t payrouter.Task) error
 
 // Worker drains a payrouter.Queue: every Interval it takes up to Batch tasks and hands each to
 // the Handler of its kind, once its NotBefore has come. A task its handler is done with (nil) is
-// acknowledged; any other answer leaves it in the
-// queue, to be handed out again once it has been idle for Idle, to this worker or to another
-// instance's. Store errors are logged and never stop it: the queue is worked again next round.
+// acknowledged; ErrHandedOff leaves it to its handler, which moved it or goes on with it in the
+// background; any other answer leaves it in the queue, to be handed out again once it has been
+// idle for Idle, to this worker or to another instance's. Store errors are logged and never
+// stop it: the queue is worked again next round.
 type Worker struct {
 	Queue payrouter.Queue
 	// Consumer names this worker among the queue's consumers (the instance's name).

@@ -245,6 +245,9 @@ func (s *Service) Deps() httpapi.Deps {
 		Domains: s.domains, Fleet: s.fleet, Metrics: s.metrics, Gateways: s.cfg.Summary(), Reloader: s,
 		Limits: s.limits, Log: s.log,
 	}
+	if s.hooks != nil {
+		deps.Webhooks = s.hooks
+	}
 	if s.shared != nil {
 		deps.Coordination = s.shared
 	}

@@ -493,3 +493,75 @@ func (nopObserver) Attempted(string, string, time.Duration, time.Duration) {}
 func (nopObserver) InFlight(string, int)                                   {}
 func (nopObserver) EndpointDisabled(string, bool)                          {}
 func (nopObserver) Backlog(int64, int64)                                   {}
+
+// EndpointState is one configured endpoint as the admin API shows it: its settings (its
+// secrets are never shown), whether a 410 disabled it, and its slots held on this instance.
+type EndpointState struct {
+	Endpoint Endpoint
+	Disabled *payrouter.WebhookDisabled
+	InFlight int
+}
+
+// Endpoints returns the configured endpoints in configuration order, with the fleet's word on
+// which are disabled.
+func (s *Service) Endpoints(ctx context.Context) ([]EndpointState, error) {
+	disabled, err := s.store.WebhooksDisabled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := s.targets.Load()
+	out := make([]EndpointState, len(set.order))
+	for i, t := range set.order {
+		out[i] = EndpointState{Endpoint: t.Endpoint, InFlight: t.InFlight()}
+		if d, ok := disabled[t.Endpoint.Name]; ok && d.URL == t.Endpoint.URL {
+			out[i].Disabled = &d
+		}
+	}
+	return out, nil
+}
+
+// DeadLetters returns up to limit dead letters, the newest first.
+func (s *Service) DeadLetters(ctx context.Context, limit int) ([]payrouter.DeadLetter, error) {
+	return s.store.DeadLetters(ctx, limit)
+}
+
+// Backlog counts the deliveries queued and the dead letters.
+func (s *Service) Backlog(ctx context.Context) (queued, dead int64, err error) {
+	return s.store.WebhookBacklog(ctx)
+}
+
+// Redeliver queues the dead letter of delivery again, due now, with a whole schedule of attempts
+// before it; its last error stays until the first of them. payrouter.ErrNotFound when there is
+// no such dead letter (never was, or redelivered already).
+func (s *Service) Redeliver(ctx context.Context, delivery string) (*payrouter.Task, error) {
+	dl, err := s.store.DeadLetterOf(ctx, delivery)
+	if err != nil {
+		return nil, err
+	}
+	t := dl.Task
+	w := *t.Webhook
+	w.Attempt, w.Deferrals = 1, 0
+	t.Webhook, t.NotBefore, t.ID = &w, time.Time{}, ""
+	if err := s.store.Redeliver(ctx, delivery, &t); err != nil {
+		return nil, err
+	}
+	s.wake()
+	s.log.Info("webhook.redelivered", "endpoint", w.Endpoint, "delivery", w.ID, "event_id", w.EventID)
+	return &t, nil
+}
+
+// ErrNoEndpoint is wrapped by Enable for an endpoint that is not configured.
+var ErrNoEndpoint = errors.New("no such webhook endpoint")
+
+// EnableEndpoint enables the configured endpoint named name again (Enable) and returns its
+// state; an error wrapping ErrNoEndpoint and payrouter.ErrNotFound when none is configured.
+func (s *Service) EnableEndpoint(ctx context.Context, name string) (EndpointState, error) {
+	t := s.target(name)
+	if t == nil {
+		return EndpointState{}, fmt.Errorf("%w %q: %w", ErrNoEndpoint, name, payrouter.ErrNotFound)
+	}
+	if err := s.Enable(ctx, name); err != nil {
+		return EndpointState{}, err
+	}
+	return EndpointState{Endpoint: t.Endpoint, InFlight: t.InFlight()}, nil
+}
