@@ -198,7 +198,7 @@ func (s *Service) Run(ctx context.Context) {
 	for {
 		set := s.targets.Load()
 		failing = s.poll(ctx, set, failing)
-		if time.Since(lastBacklog) >= backlogEvery {
+		if len(set.order) > 0 && time.Since(lastBacklog) >= backlogEvery {
 			lastBacklog = time.Now()
 			if q, d, err := s.store.WebhookBacklog(ctx); err == nil {
 				s.obs.Backlog(q, d)
