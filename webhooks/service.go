@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,9 @@ type Service struct {
 	rand     func() float64
 	targets  atomic.Pointer[targetSet]
 	disabled atomic.Pointer[map[string]payrouter.WebhookDisabled]
+	// disabling orders the changes of disabled (a copy each), so that two endpoints disabled
+	// at once are both kept.
+	disabling sync.Mutex
 
 	// ctx is the attempts' context: Close cancels it, and attempts waits for them.
 	ctx      context.Context
@@ -225,7 +229,9 @@ func (s *Service) poll(ctx context.Context, set *targetSet, failing bool) (still
 	if d, err := s.store.WebhooksDisabled(ctx); err != nil {
 		firstErr = err
 	} else {
+		s.disabling.Lock()
 		s.disabled.Store(&d)
+		s.disabling.Unlock()
 		for _, t := range set.order {
 			_, off := s.disabledNow(t)
 			s.obs.EndpointDisabled(t.Endpoint.Name, off)
@@ -452,12 +458,7 @@ func (s *Service) bury(ctx context.Context, task payrouter.Task, result, reason 
 // store.
 func (s *Service) disable(ctx context.Context, t *Target, now time.Time) {
 	d := payrouter.WebhookDisabled{URL: t.Endpoint.URL, Reason: "answered 410 Gone", At: now.UTC()}
-	m := map[string]payrouter.WebhookDisabled{}
-	for k, v := range *s.disabled.Load() {
-		m[k] = v
-	}
-	m[t.Endpoint.Name] = d
-	s.disabled.Store(&m)
+	s.changeDisabled(func(m map[string]payrouter.WebhookDisabled) { m[t.Endpoint.Name] = d })
 	s.obs.EndpointDisabled(t.Endpoint.Name, true)
 	err := s.store.SetWebhookDisabled(ctx, t.Endpoint.Name, &d)
 	attrs := []any{"endpoint", t.Endpoint.Name, "url", RedactURL(t.Endpoint.URL),
@@ -474,16 +475,22 @@ func (s *Service) Enable(ctx context.Context, endpoint string) error {
 	if err := s.store.SetWebhookDisabled(ctx, endpoint, nil); err != nil {
 		return err
 	}
-	m := map[string]payrouter.WebhookDisabled{}
-	for k, v := range *s.disabled.Load() {
-		if k != endpoint {
-			m[k] = v
-		}
-	}
-	s.disabled.Store(&m)
+	s.changeDisabled(func(m map[string]payrouter.WebhookDisabled) { delete(m, endpoint) })
 	s.obs.EndpointDisabled(endpoint, false)
 	s.log.Info("webhook.endpoint_enabled", "endpoint", endpoint)
 	return nil
+}
+
+// changeDisabled replaces the disabled endpoints by a copy that change changed.
+func (s *Service) changeDisabled(change func(map[string]payrouter.WebhookDisabled)) {
+	s.disabling.Lock()
+	defer s.disabling.Unlock()
+	m := maps.Clone(*s.disabled.Load())
+	if m == nil {
+		m = map[string]payrouter.WebhookDisabled{}
+	}
+	change(m)
+	s.disabled.Store(&m)
 }
 
 type nopObserver struct{}
