@@ -43,8 +43,8 @@ func Wait(next int, retryAfter time.Duration, r float64) time.Duration {
 	return max(Backoff(next, r), min(retryAfter, MaxRetryAfter))
 }
 
-// RetryAfter reads a Retry-After header as a wait from now: a number of seconds or an HTTP date.
-// 0 when it is absent, malformed or in the past.
+// RetryAfter reads a Retry-After header as a wait from now: a number of seconds or an HTTP date,
+// at most MaxRetryAfter. 0 when it is absent, malformed or in the past.
 func RetryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
@@ -60,7 +60,7 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 		return time.Duration(secs) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

@@ -76,3 +76,19 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRetryAfter: whatever an endpoint sends as Retry-After, the wait read is between 0 and
+// MaxRetryAfter, and reading it never panics.
+func FuzzRetryAfter(f *testing.F) {
+	for _, seed := range []string{"", "0", "30", "-1", "9999999999999", "Tue, 01 Dec 2026 10:05:00 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "soon"} {
+		f.Add(seed)
+	}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{}
+		h.Set("Retry-After", v)
+		if d := RetryAfter(h, now); d < 0 || d > MaxRetryAfter {
+			t.Fatalf("RetryAfter(%q) = %v, want within [0, %v]", v, d, MaxRetryAfter)
+		}
+	})
+}
