@@ -147,10 +147,12 @@ func New(cfg Config) *Service {
 // Update puts the endpoints of settings in place; owner gives each its API key's scope. An
 // endpoint whose settings did not change keeps its Target (connections and bulkhead); a
 // changed one gets a new one, while attempts in flight finish on the old, whose idle
-// connections are closed.
+// connections are closed. An endpoint new to the store gets its cursor now, at the end of the
+// feed: it receives the events written from the moment it is configured.
 func (s *Service) Update(settings Settings, owner func(Endpoint) string) error {
 	old := s.targets.Load()
 	next := &targetSet{byName: map[string]*Target{}, pollInterval: settings.PollInterval}
+	var added []string
 	if next.pollInterval <= 0 {
 		next.pollInterval = DefaultPollInterval
 	}
@@ -166,11 +168,26 @@ func (s *Service) Update(settings Settings, owner func(Endpoint) string) error {
 		}
 		next.byName[e.Name], next.order = t, append(next.order, t)
 		s.obs.InFlight(e.Name, 0)
+		if old.byName[e.Name] == nil {
+			added = append(added, e.Name)
+		}
 	}
 	s.targets.Store(next)
 	for name, t := range old.byName {
 		if next.byName[name] != t {
 			t.Close()
+		}
+	}
+	// An endpoint added starts at the end of the feed as it stands now, when it is configured,
+	// not at the next poll: a charge answered right after the reload is its first event. A
+	// store that does not answer leaves that to the first poll that reaches it.
+	for _, name := range added {
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		_, err := s.store.WebhookEvents(ctx, name, next.byName[name].Owner, 0)
+		cancel()
+		if err != nil {
+			s.log.Warn("webhook.cursor_failed", "endpoint", name, "err", err.Error(),
+				"then", "its place in the feed is taken at the first poll that reaches the store")
 		}
 	}
 	return nil
