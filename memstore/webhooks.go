@@ -43,15 +43,24 @@ func (s *Store) WebhookEvents(ctx context.Context, endpoint, owner string, limit
 	if err := s.usable(ctx); err != nil {
 		return payrouter.EventPage{}, err
 	}
-	// A write lock: the first read of an endpoint sets its cursor.
-	s.chargeMu.Lock()
-	defer s.chargeMu.Unlock()
 	h := s.webhooks()
+	s.chargeMu.RLock()
 	cur, ok := h.cursors[endpoint]
+	s.chargeMu.RUnlock()
 	if !ok {
-		cur = s.eventSeq
-		h.cursors[endpoint] = cur
+		// The first read of an endpoint sets its cursor, under the write lock, unless another
+		// read set it meanwhile.
+		s.chargeMu.Lock()
+		if _, ok := h.cursors[endpoint]; !ok {
+			h.cursors[endpoint] = s.eventSeq
+		}
+		s.chargeMu.Unlock()
 	}
+	// Charges are written under the write lock: a poll reading the feed every second never
+	// holds one back for longer than this read.
+	s.chargeMu.RLock()
+	defer s.chargeMu.RUnlock()
+	cur = h.cursors[endpoint]
 	page := payrouter.EventPage{From: position(cur), To: position(cur)}
 	oe := s.events[owner]
 	if oe == nil || limit <= 0 {
