@@ -124,6 +124,12 @@ const (
 	EventRefundFailed          EventType = "refund.failed"
 )
 
+// EventTypes lists every event type, in the order docs/api.md gives them.
+var EventTypes = []EventType{
+	EventChargeSucceeded, EventChargeDeclined, EventChargeFailed, EventChargeRequiresCapture, EventChargeCaptured,
+	EventChargeVoided, EventChargeRefunded, EventRefundSucceeded, EventRefundFailed,
+}
+
 // OfRefund reports whether events of type t carry a refund (else a charge).
 func (t EventType) OfRefund() bool { return len(t) > 7 && t[:7] == "refund." }
 

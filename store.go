@@ -2,6 +2,8 @@ package payrouter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"strings"
@@ -147,6 +149,9 @@ const (
 	// (and the charge went elsewhere, or failed), but a gateway may still process a request it
 	// received late. An approval found then is voided (TaskVoid).
 	TaskRecheck TaskKind = "recheck"
+	// TaskWebhook delivers one event to one storefront endpoint (Task.Webhook): package
+	// webhooks queues and handles it. It calls no gateway and holds no charge in the store.
+	TaskWebhook TaskKind = "webhook"
 )
 
 // Task is a unit of money work done later, kept durably until done (docs/architecture.md, State
@@ -163,7 +168,10 @@ type Task struct {
 	GatewayReference string `json:"gateway_reference,omitempty"`
 	Amount           int64  `json:"amount,omitempty"`
 	Currency         string `json:"currency,omitempty"`
-	// NotBefore: the task is not worked before then (a recheck waits for a late answer).
+	// Webhook is the delivery a TaskWebhook makes.
+	Webhook *WebhookDelivery `json:"webhook,omitempty"`
+	// NotBefore: the task is not handed out before then (a recheck waits for a late answer, a
+	// webhook delivery for its next attempt).
 	NotBefore time.Time `json:"not_before,omitzero"`
 	CreatedAt time.Time `json:"created_at"`
 	// Deliveries counts the times Take handed the task out, this time included; set by Take.
@@ -176,8 +184,10 @@ type Task struct {
 type Queue interface {
 	// Enqueue adds a task and returns its id.
 	Enqueue(ctx context.Context, t Task) (id string, err error)
-	// Take hands consumer up to max tasks: first those handed out before (to anyone) and not
-	// acknowledged for longer than idle, then new ones. A task stays in the queue until Ack.
+	// Take hands consumer up to max tasks whose NotBefore has come: first those handed out
+	// before (to anyone) and not acknowledged for longer than idle, then new ones. A task
+	// stays in the queue until Ack. A task not due yet is left where it is, so thousands of
+	// webhook deliveries waiting hours for their next attempt cost a Take nothing.
 	Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]Task, error)
 	// Ack removes a task that is done.
 	Ack(ctx context.Context, id string) error
@@ -185,8 +195,112 @@ type Queue interface {
 	QueueDepth(ctx context.Context) (int64, error)
 }
 
+// WebhookDelivery is one event's delivery to one storefront endpoint: the task a TaskWebhook
+// carries from its first attempt to its last, and a dead letter's after that.
+type WebhookDelivery struct {
+	// ID is WebhookDeliveryID(Endpoint, EventID): the same event for the same endpoint always
+	// has the same id, in a dead letter and in POST /admin/webhooks/{delivery}/redeliver.
+	ID       string `json:"id"`
+	Endpoint string `json:"endpoint"`
+	// EventID is the event's id, sent as webhook-id: the storefront deduplicates by it.
+	EventID   string    `json:"event_id"`
+	EventType EventType `json:"event_type"`
+	// EventAt is when the event was written: delivery latency is measured from it.
+	EventAt time.Time `json:"event_at"`
+	// Body is the exact JSON sent (the event as GET /events shows it), the same bytes at
+	// every attempt.
+	Body []byte `json:"body"`
+	// Attempt is the attempt the task makes next, from 1.
+	Attempt int `json:"attempt"`
+	// Deferrals counts the times the task was put back because every slot of its endpoint was
+	// held (no attempt made); it sets how long it waits the next time, and an attempt clears it.
+	Deferrals int `json:"deferrals,omitempty"`
+	// LastError and LastStatus say how the last attempt failed (0: no answer), and
+	// LastAttemptAt when it was made; empty before the first.
+	LastError     string    `json:"last_error,omitempty"`
+	LastStatus    int       `json:"last_status,omitempty"`
+	LastAttemptAt time.Time `json:"last_attempt_at,omitzero"`
+}
+
+// WebhookDeliveryID is the id of the delivery of event eventID to endpoint: "whd_" and 26
+// base32 characters of a SHA-256 of both, so that a dispatcher reading the same event twice
+// makes the same delivery, and the id says nothing of either.
+func WebhookDeliveryID(endpoint, eventID string) string {
+	sum := sha256.Sum256([]byte(endpoint + "\x00" + eventID))
+	return "whd_" + base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16])
+}
+
+// DeadLetter is a webhook delivery given up: its last attempt failed, its endpoint answered
+// 410 Gone, or its endpoint is no longer configured. It is kept until redelivered (or its
+// retention runs out).
+type DeadLetter struct {
+	// Task is the delivery's task as it was when given up (Task.Webhook is set).
+	Task Task
+	// Reason says why it was given up.
+	Reason string
+	// At is when.
+	At time.Time
+}
+
+// EventPage is a page of an owner's events after a webhook endpoint's cursor (WebhookStore):
+// From is where the cursor stood, To where it stands once every event of the page is
+// dispatched. Positions are the store's own, opaque.
+type EventPage struct {
+	Events   []Event
+	From, To string
+	// More is true when more events follow To.
+	More bool
+}
+
+// WebhookDisabled is the state of an endpoint that answered 410 Gone: no delivery is sent to
+// URL until an operator enables it again, or the configuration gives it another URL.
+type WebhookDisabled struct {
+	URL    string
+	Reason string
+	At     time.Time
+}
+
+// WebhookStore is what the storefront webhooks keep durably (package webhooks): each
+// endpoint's cursor in its owner's event feed, the deliveries in the Queue (TaskWebhook), the
+// dead letters and the endpoints disabled by a 410. The cursor moves with the deliveries it
+// dispatched, in one transaction, so that neither is written without the other.
+type WebhookStore interface {
+	// WebhookEvents returns up to limit of owner's events after the cursor of endpoint, oldest
+	// first, in the order and with the guarantee of EventStore.Events (a reader never misses
+	// one, whichever order writers committed in). An endpoint with no cursor yet gets one, at
+	// the end of the feed as it stands: it receives the events written from then on.
+	WebhookEvents(ctx context.Context, endpoint, owner string, limit int) (EventPage, error)
+	// AdvanceWebhook moves endpoint's cursor from from to to and queues tasks, in one
+	// transaction; ErrStale, and nothing written, when the cursor is no longer at from (another
+	// instance dispatched the same events). The tasks' IDs are not set.
+	AdvanceWebhook(ctx context.Context, endpoint, from, to string, tasks []Task) error
+	// RequeueTask replaces the queued task id by t, due at t.NotBefore, in one step, and sets
+	// t.ID; ErrNotFound, and nothing written, when id is no longer queued (acknowledged, or
+	// moved by another instance that was handed the same task).
+	RequeueTask(ctx context.Context, id string, t *Task) error
+	// DeadLetterTask removes the queued task id and keeps dl (whose Task.Webhook names the
+	// delivery) among the dead letters, in one step, in place of an earlier dead letter of the
+	// same delivery; ErrNotFound, and nothing written, when id is no longer queued.
+	DeadLetterTask(ctx context.Context, id string, dl DeadLetter) error
+	// DeadLetters returns up to limit dead letters, the newest first.
+	DeadLetters(ctx context.Context, limit int) ([]DeadLetter, error)
+	// DeadLetterOf returns the dead letter of delivery, or ErrNotFound.
+	DeadLetterOf(ctx context.Context, delivery string) (*DeadLetter, error)
+	// Redeliver removes the dead letter of delivery and queues t in its place, in one step,
+	// and sets t.ID; ErrNotFound, and nothing queued, when there is no such dead letter (never
+	// was, or redelivered already).
+	Redeliver(ctx context.Context, delivery string, t *Task) error
+	// WebhookBacklog counts the webhook deliveries queued (TaskWebhook tasks) and the dead
+	// letters.
+	WebhookBacklog(ctx context.Context) (queued, dead int64, err error)
+	// SetWebhookDisabled disables endpoint (d not nil) or enables it again (nil).
+	SetWebhookDisabled(ctx context.Context, endpoint string, d *WebhookDisabled) error
+	// WebhooksDisabled returns the disabled endpoints by name.
+	WebhooksDisabled(ctx context.Context) (map[string]WebhookDisabled, error)
+}
+
 // Store is the money state (docs/architecture.md, State stores): charges, refunds, idempotency
-// records and the durable task queue, with exactly one home, memstore for one instance or pgstore
+// records, the durable task queue and what the storefront webhooks keep, with exactly one home, memstore for one instance or pgstore
 // for a fleet. It is never forked: when it cannot be reached its methods fail with an error
 // wrapping ErrStateUnavailable, and nothing is kept aside to serve from meanwhile.
 type Store interface {
@@ -194,6 +308,7 @@ type Store interface {
 	RefundStore
 	EventStore
 	Queue
+	WebhookStore
 	IdempotencyStore
 	// CompleteCharge saves c (as SaveCharge does, events included) and completes h's key with
 	// rec in one step (one transaction in the database): the final state of a charge and the

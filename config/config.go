@@ -12,6 +12,7 @@ import (
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/webhooks"
 )
 
 // Config is one payrouter configuration file, with defaults applied and validated.
@@ -47,6 +48,10 @@ type Config struct {
 	AdminIdleTimeout              time.Duration `yaml:"admin_idle_timeout"`                // default 75s
 
 	Limits Limits `yaml:"limits"` // per API key and per client address (limits.go)
+
+	// Webhooks are package webhooks' own (webhooks.Settings): the storefront endpoints the
+	// events are pushed to (docs/webhooks.md).
+	Webhooks webhooks.Settings `yaml:"webhooks"`
 }
 
 // Auth holds the storefront's API keys and the admin tokens (docs/keys-and-secrets.md).

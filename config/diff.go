@@ -3,7 +3,7 @@ package config
 import "reflect"
 
 // Changes is what a reload finds between the running configuration and the file: what it applies
-// in place (gateways, routes, fallbacks, auth) and what waits for a restart.
+// in place (gateways, routes, fallbacks, auth, limits, webhooks) and what waits for a restart.
 type Changes struct {
 	Gateways GatewayChanges `json:"gateways"`
 	// Renewed lists, for each changed gateway, the parts that started afresh ("breakers",
@@ -11,9 +11,10 @@ type Changes struct {
 	Renewed       map[string][]string `json:"renewed"`
 	Routes        bool                `json:"routes_changed"`
 	Fallbacks     bool                `json:"fallbacks_changed"`
-	Auth          bool                `json:"auth_changed"`   // API keys or admin token (never shown)
-	Limits        bool                `json:"limits_changed"` // rate limits, key share, failed-auth throttle
-	RestartNeeded []string            `json:"restart_needed"` // top-level keys whose new value waits for a restart
+	Auth          bool                `json:"auth_changed"`     // API keys or admin token (never shown)
+	Limits        bool                `json:"limits_changed"`   // rate limits, key share, failed-auth throttle
+	Webhooks      bool                `json:"webhooks_changed"` // endpoints, their secrets, allow_private, poll_interval
+	RestartNeeded []string            `json:"restart_needed"`   // top-level keys whose new value waits for a restart
 }
 
 // GatewayChanges sorts the gateways by what a reload does to them, each list in file order (the
@@ -28,7 +29,7 @@ type GatewayChanges struct {
 // None reports whether the file changes nothing.
 func (c Changes) None() bool {
 	g := c.Gateways
-	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && !c.Auth && !c.Limits && len(c.RestartNeeded) == 0
+	return len(g.Added)+len(g.Changed)+len(g.Removed) == 0 && !c.Routes && !c.Fallbacks && !c.Auth && !c.Limits && !c.Webhooks && len(c.RestartNeeded) == 0
 }
 
 // Diff compares the running configuration with next, both loaded (defaults applied).
@@ -56,6 +57,7 @@ func Diff(running, next *Config) Changes {
 	ch.Fallbacks = running.Fallbacks != next.Fallbacks
 	ch.Auth = !reflect.DeepEqual(running.Auth, next.Auth)
 	ch.Limits = running.Limits != next.Limits
+	ch.Webhooks = !reflect.DeepEqual(running.Webhooks, next.Webhooks)
 	ch.RestartNeeded = []string{}
 	for _, f := range []struct {
 		key  string

@@ -30,6 +30,9 @@ func FuzzParse(f *testing.F) {
 		"--- a\n--- b\n",
 		"? [a]\n: b\n",
 		"gateways:\n  \"a\\nb\": {kind: x}\n",
+		"auth: {api_keys: [{name: s, key: key_0123456789abcdef012345}]}\ngateways: {a: {kind: ding, base_url: 'http://x'}}\n" +
+			"webhooks: {allow_private: true, endpoints: [{name: s, url: 'http://127.0.0.1:1/h', key_name: s, events: [charge.failed], " +
+			"secrets: [whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=], timeout: 1s, max_concurrent: 2}]}\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -53,6 +56,7 @@ func FuzzParse(f *testing.F) {
 		"listen: ${S}\nrequest_timeout: ${S}\n",
 		"auth: {api_keys: [\"${S}\", \"${L}\"], admin_token: \"${S}\"}\ngateways: {a: {kind: \"${S}\", base_url: 'http://x', timeout: \"${S}\"}}\n",
 		"routes: [{name: \"${S}\", gateways: [\"${S}\"], match: {currency: [\"${S}\"]}}]\n",
+		"webhooks: {endpoints: [{name: \"${S}\", url: \"${S}\", key_name: \"${S}\", events: [\"${S}\"], secrets: [\"${S}\", \"${L}\"]}]}\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -199,6 +199,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 
 	c.Fallbacks = c.Fallbacks.WithDefaults()
 	applyLimitDefaults(c, present)
+	applyWebhookDefaults(c, given)
 }
 
 func defString(s *string, def string) {

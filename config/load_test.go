@@ -13,6 +13,7 @@ import (
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/resilience"
 	"github.com/payrouter/payrouter/routing"
+	"github.com/payrouter/payrouter/webhooks"
 )
 
 // testKinds stands in for gateways.Kinds(), which config must not import.
@@ -137,7 +138,8 @@ gateways:
 
 		MaxConnections: 4096, MaxConnectionsPerAddress: 1024, IdleTimeout: 75 * time.Second,
 		AdminMaxConnections: 64, AdminMaxConnectionsPerAddress: 16, AdminIdleTimeout: 75 * time.Second,
-		Limits: Limits{RequestsPerSecond: 200, Burst: 400, KeyShare: 0.5, AuthFailuresPerMinute: 20},
+		Limits:   Limits{RequestsPerSecond: 200, Burst: 400, KeyShare: 0.5, AuthFailuresPerMinute: 20},
+		Webhooks: webhooks.Settings{PollInterval: time.Second},
 	}
 	c.literalSecrets = nil // the key written in the file: fileWarnings' business, tested there
 	if !reflect.DeepEqual(c, want) {

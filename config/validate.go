@@ -49,6 +49,7 @@ func validateWith(v *validator, kinds []string) []string {
 	v.routes()
 	v.fallbacks()
 	v.limits()
+	v.webhooks()
 	return v.problems
 }
 

@@ -115,3 +115,10 @@ func (u *Unavailable) RetryAfterSeconds() int {
 // gateway's breaker is open, the gateway does not answer, it is not due yet): the task stays in
 // the queue and is handed out again later.
 var ErrLater = errors.New("not done now: left in the queue for later")
+
+// ErrHandedOff is what a handler returns when it took the task in hand itself: it moved it in
+// the queue (put it back for later, or among the dead letters), or goes on with it in the
+// background and will acknowledge or move it when done. The worker neither acknowledges it nor
+// logs it, and never waits for it: a webhook endpoint that hangs holds its own slots, not the
+// worker (package webhooks).
+var ErrHandedOff = errors.New("handed off: the handler moves the task itself")

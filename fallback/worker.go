@@ -25,9 +25,10 @@ type Handler func(ctx context.Context, t payrouter.Task) error
 
 // Worker drains a payrouter.Queue: every Interval it takes up to Batch tasks and hands each to
 // the Handler of its kind, once its NotBefore has come. A task its handler is done with (nil) is
-// acknowledged; any other answer leaves it in the
-// queue, to be handed out again once it has been idle for Idle, to this worker or to another
-// instance's. Store errors are logged and never stop it: the queue is worked again next round.
+// acknowledged; ErrHandedOff leaves it to its handler, which moved it or goes on with it in the
+// background; any other answer leaves it in the queue, to be handed out again once it has been
+// idle for Idle, to this worker or to another instance's. Store errors are logged and never
+// stop it: the queue is worked again next round.
 type Worker struct {
 	Queue payrouter.Queue
 	// Consumer names this worker among the queue's consumers (the instance's name).
@@ -113,13 +114,25 @@ func (w *Worker) Run(ctx context.Context) {
 		case <-tick.C:
 		case <-wake:
 		}
-		failing = w.round(ctx, failing)
+		// A full batch may have more behind it: take again at once, for a while, rather than
+		// letting a backlog wait a tick per batch (tasks due now queue behind it).
+		for range drainRounds {
+			var full bool
+			failing, full = w.round(ctx, failing)
+			if !full || ctx.Err() != nil {
+				break
+			}
+		}
 	}
 }
 
+// drainRounds bounds the rounds one tick runs back to back while each takes a full batch.
+const drainRounds = 20
+
 // round takes one batch and works it. failing says whether the store failed in the last round:
-// a store that is down is logged when it goes down and when it is back, not every round.
-func (w *Worker) round(ctx context.Context, failing bool) (stillFailing bool) {
+// a store that is down is logged when it goes down and when it is back, not every round. full
+// reports whether it took a whole batch and worked every task of it.
+func (w *Worker) round(ctx context.Context, failing bool) (stillFailing, full bool) {
 	_, idle, timeout, batch, log := w.settings()
 	storeErr := func(what string, err error) {
 		if ctx.Err() != nil {
@@ -132,6 +145,7 @@ func (w *Worker) round(ctx context.Context, failing bool) (stillFailing bool) {
 	}
 
 	takenAt := time.Now()
+	cut := false
 	tasks, err := w.Queue.Take(ctx, w.Consumer, batch, idle)
 	if err != nil {
 		storeErr("take", err)
@@ -141,13 +155,16 @@ func (w *Worker) round(ctx context.Context, failing bool) (stillFailing bool) {
 		// handler that could still run then is not started, and the rest wait for the next round.
 		if time.Since(takenAt)+timeout > idle {
 			log.Info("queue.round_cut", "consumer", w.Consumer, "left", len(tasks)-i)
+			cut = true
 			break
 		}
 		err := w.handle(ctx, t, timeout)
 		switch {
 		case ctx.Err() != nil:
 			// Stopping: whatever the handler said, its task is left for later, without a word.
-			return stillFailing || failing
+			return stillFailing || failing, false
+		case errors.Is(err, ErrHandedOff):
+			// The handler moved the task itself, or goes on with it.
 		case err == nil:
 			if aerr := w.Queue.Ack(ctx, t.ID); aerr != nil {
 				// Handed out again after Idle: handlers send the same reference every time, so
@@ -171,7 +188,7 @@ func (w *Worker) round(ctx context.Context, failing bool) (stillFailing bool) {
 	if failing && !stillFailing {
 		log.Info("queue.store_recovered", "consumer", w.Consumer)
 	}
-	return stillFailing
+	return stillFailing, len(tasks) == batch && !cut
 }
 
 // handle runs its kind's handler on one task within timeout; a panic is the task's failure, not the worker's.

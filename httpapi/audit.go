@@ -24,6 +24,9 @@ const (
 	auditRefund  = "refund"
 	auditBreaker = "breaker" // the action is the route's: force-open, force-close, reset
 	auditReload  = "reload"
+	// The storefront webhooks' admin actions.
+	auditRedeliver = "webhook.redeliver"
+	auditEnable    = "webhook.enable"
 )
 
 // audit wraps a route whose every request is audited as action.
@@ -64,6 +67,14 @@ func (s *server) auditLine(c *echo.Context, action, problemType string) {
 			attrs = append(attrs, slog.String("breaker", c.Param("gateway")+"/"+c.Param("operation")))
 		}
 	case auditReload:
+	case auditRedeliver:
+		if d := c.Param("delivery"); named || looksLikeID(d, "whd_") {
+			attrs = append(attrs, slog.String("delivery", d))
+		}
+	case auditEnable:
+		if named {
+			attrs = append(attrs, slog.String("endpoint", c.Param("endpoint")))
+		}
 	default:
 		id, _ := c.Get("charge_id").(string) // derived by payrouter: always safe to show
 		if id == "" && status != http.StatusBadRequest && (named || looksLikeID(c.Param("id"), "ch_")) {

@@ -126,4 +126,4 @@ func keyScope(k config.APIKey) string {
 // namedScope is the scope of a named API key: "name:" and the name. A digest's scope is 16 hex
 // digits and a name has no ':' (config refuses one), so no named scope can equal another key's,
 // and a stored "<scope>:<idempotency key>" splits one way only.
-func namedScope(name string) string { return "name:" + name }
+func namedScope(name string) string { return config.NamedScope(name) }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -37,6 +38,10 @@ type eventList struct {
 	Data    []eventView `json:"data"`
 	HasMore bool        `json:"has_more"`
 }
+
+// EventJSON is the event as GET /events lists it, in JSON: the body of its webhook deliveries,
+// so that a storefront reads one shape from both.
+func EventJSON(ev payrouter.Event) ([]byte, error) { return json.Marshal(eventViewOf(ev)) }
 
 func eventViewOf(ev payrouter.Event) eventView {
 	v := eventView{ID: ev.ID, Type: ev.Type, CreatedAt: ev.CreatedAt.UTC().Format(time.RFC3339)}

@@ -91,6 +91,9 @@ func TestOpenAPI(t *testing.T) {
 		st.expect(t, st.get(t, "/refund/re_nothing"), 503)
 		st.expect(t, st.get(t, "/events"), 503)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/webhooks"), 500)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/whd_NOTHING/redeliver"), 500)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/endpoints/shop/enable"), 500)
 		// The breakers are this instance's, not the money state's: the admin breaker API works.
 		for _, action := range breakerActions {
 			st.expect(t, st.adminPost(t, st.admin, "/admin/breakers/paywell/charge/"+action), 200)
@@ -371,6 +374,20 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s with the shared store away: no Warning", path)
 			}
 		}
+		// Webhooks: an endpoint a 410 disabled, two dead letters (one answered, one not).
+		deliveries := st.deadLetters(t)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/webhooks"), 200)
+		st.expect(t, st.adminGet(t, st.admin, "/admin/webhooks?limit=1"), 200)
+		for _, q := range []string{"?limit=0", "?limit=1001", "?limit=all"} {
+			st.expect(t, st.adminGet(t, st.admin, "/admin/webhooks"+q), 400)
+		}
+		for _, d := range deliveries {
+			st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/"+d+"/redeliver"), 202)
+			st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/"+d+"/redeliver"), 404)
+		}
+		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/not-a-delivery/redeliver"), 404)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/endpoints/shop/enable"), 200)
+		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/endpoints/nope/enable"), 404)
 		// Reloads: the same file, a changed one, a broken one, one that fails half-way.
 		same := st.reloader.file
 		st.expect(t, st.adminPost(t, st.admin, "/admin/reload"), 200)
@@ -402,7 +419,7 @@ func TestOpenAPI(t *testing.T) {
 				st.expect(t, st.send(t, srv, specCall{method: "GET", path: path, auth: "none"}), 200)
 			}
 		}
-		reads := []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded"}
+		reads := []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded", "/admin/webhooks"}
 		for _, auth := range []string{"none", "Bearer key-spec", "Bearer wrong"} {
 			for _, path := range reads {
 				st.expect(t, st.send(t, st.admin, specCall{method: "GET", path: path, auth: auth}), 401)
@@ -413,8 +430,10 @@ func TestOpenAPI(t *testing.T) {
 				st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: path, auth: auth}), 401)
 				st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: path, auth: auth}), 403)
 			}
-			st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: "/admin/reload", auth: auth}), 401)
-			st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: "/admin/reload", auth: auth}), 403)
+			for _, path := range []string{"/admin/reload", "/admin/webhooks/whd_X/redeliver", "/admin/webhooks/endpoints/shop/enable"} {
+				st.expect(t, st.send(t, st.admin, specCall{method: "POST", path: path, auth: auth}), 401)
+				st.expect(t, st.send(t, st.adminOff, specCall{method: "POST", path: path, auth: auth}), 403)
+			}
 		}
 	})
 
@@ -433,8 +452,11 @@ func TestOpenAPI(t *testing.T) {
 		// not refused for the address's failures: TestAuthFailureThrottle).
 		wrong := "Bearer wrong"
 		st.expect(t, st.send(t, st.adminLimited, specCall{method: "GET", path: "/admin/breakers", auth: wrong}), 401)
-		for _, path := range []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded"} {
+		for _, path := range []string{"/admin/breakers", "/admin/gateways", "/admin/charges?status=succeeded", "/admin/webhooks"} {
 			st.expect(t, st.send(t, st.adminLimited, specCall{method: "GET", path: path, auth: wrong}), 429)
+		}
+		for _, path := range []string{"/admin/webhooks/whd_X/redeliver", "/admin/webhooks/endpoints/shop/enable"} {
+			st.expect(t, st.send(t, st.adminLimited, specCall{method: "POST", path: path, auth: wrong}), 429)
 		}
 		for _, action := range breakerActions {
 			st.expect(t, st.send(t, st.adminLimited, specCall{method: "POST", path: "/admin/breakers/paywell/charge/" + action, auth: wrong}), 429)
@@ -745,6 +767,10 @@ fallbacks:
   status: %s
 # Off: the limits have instances of their own below, built on one stack's parts.
 limits: {requests_per_second: 0, key_share: 1, auth_failures_per_minute: 0}
+webhooks:
+  allow_private: true
+  endpoints:
+    - {name: shop, url: "http://127.0.0.1:1/hooks?token=t0ken", key_name: reader, secrets: ["whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="]}
 `, urls["paywell"], urls["ding"], ca.CertFile, refundFallback, statusFallback)
 	st.store = &flakyStore{Store: memstore.New(), refunds: map[string][]string{}}
 	svc, path := newSpecService(t, cfgText, st.store)
@@ -1080,6 +1106,58 @@ func anyPost(r *http.Request) bool { return r.Method == "POST" }
 // dingChargeCall matches Ding's create-transfer call.
 func dingChargeCall(r *http.Request) bool {
 	return r.Method == "POST" && r.URL.Path == "/api/V1/SendTransfer"
+}
+
+// deadLetters disables the webhook endpoint shop (as a 410 does) and makes two dead letters of
+// it, one whose last attempt got an answer and one whose did not, and returns their deliveries.
+func (st *specStack) deadLetters(t *testing.T) []string {
+	t.Helper()
+	ctx := t.Context()
+	url := st.reloader.svc.Config().Webhooks.Endpoints[0].URL
+	if err := st.store.SetWebhookDisabled(ctx, "shop", &payrouter.WebhookDisabled{URL: url, Reason: "answered 410 Gone", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i, status := range []int{500, 0} {
+		w := &payrouter.WebhookDelivery{
+			ID: payrouter.WebhookDeliveryID("shop", fmt.Sprintf("evt_SPEC%d", i)), Endpoint: "shop", EventID: fmt.Sprintf("evt_SPEC%d", i),
+			EventType: payrouter.EventChargeSucceeded, EventAt: time.Now(), Body: []byte(`{}`), Attempt: 8, LastStatus: status,
+		}
+		if status != 0 {
+			w.LastError = "answered 500 Internal Server Error"
+		}
+		id, err := st.store.Enqueue(ctx, payrouter.Task{Kind: payrouter.TaskWebhook, Webhook: w, CreatedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := payrouter.Task{ID: id, Kind: payrouter.TaskWebhook, Webhook: w}
+		if err := st.store.DeadLetterTask(ctx, id, payrouter.DeadLetter{Task: task, Reason: "the last of 8 attempts failed", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, w.ID)
+	}
+	return out
+}
+
+func (s *flakyStore) WebhooksDisabled(ctx context.Context) (map[string]payrouter.WebhookDisabled, error) {
+	if err := s.fail(); err != nil {
+		return nil, err
+	}
+	return s.Store.WebhooksDisabled(ctx)
+}
+
+func (s *flakyStore) SetWebhookDisabled(ctx context.Context, endpoint string, d *payrouter.WebhookDisabled) error {
+	if err := s.fail(); err != nil {
+		return err
+	}
+	return s.Store.SetWebhookDisabled(ctx, endpoint, d)
+}
+
+func (s *flakyStore) DeadLetterOf(ctx context.Context, delivery string) (*payrouter.DeadLetter, error) {
+	if err := s.fail(); err != nil {
+		return nil, err
+	}
+	return s.Store.DeadLetterOf(ctx, delivery)
 }
 
 // flakyStore is memstore that stops answering while down is set, and remembers the refunds saved

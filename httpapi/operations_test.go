@@ -259,9 +259,9 @@ func TestRefundQueuedWhileTheGatewayIsDown(t *testing.T) {
 	// Two tasks: the one queued before sending (due once the request is over, in case the
 	// process dies before storing the answer) and the one the fallback queued (due now). Either
 	// sends it; the other finds it done.
-	tasks, err := st.store.Take(t.Context(), "test", 10, time.Minute)
-	if err != nil || len(tasks) != 2 {
-		t.Fatalf("queued tasks %+v, %v; want the refund's two", tasks, err)
+	tasks := st.store.Tasks()
+	if len(tasks) != 2 {
+		t.Fatalf("queued tasks %+v; want the refund's two", tasks)
 	}
 	for _, task := range tasks {
 		if task.Kind != payrouter.TaskRefund || task.RefundID != rf.ID {

@@ -33,4 +33,7 @@ func (s *server) adminRoutes(e *echo.Echo) {
 	admin.GET("/gateways", s.listGateways)
 	admin.GET("/charges", s.listCharges)
 	admin.POST("/reload", s.reloadConfig, s.audit(auditReload))
+	admin.GET("/webhooks", s.listWebhooks)
+	admin.POST("/webhooks/:delivery/redeliver", s.redeliverWebhook, s.audit(auditRedeliver))
+	admin.POST("/webhooks/endpoints/:endpoint/enable", s.enableWebhookEndpoint, s.audit(auditEnable))
 }

@@ -47,7 +47,10 @@ type Deps struct {
 	Reloader Reloader
 	// Limits are the per-key rate limits and the failed-auth throttle (limits.go); nil: none.
 	Limits *Limits
-	Log    *slog.Logger
+	// Webhooks are the storefront webhooks (webhooks.go); nil: none, GET /admin/webhooks lists
+	// nothing.
+	Webhooks Webhooks
+	Log      *slog.Logger
 }
 
 type server struct {

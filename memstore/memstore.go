@@ -79,6 +79,8 @@ type Store struct {
 	usage   map[string]*ownerUsage
 	total   atomic.Int64
 	quota   atomic.Int64
+	// hooks is what the storefront webhooks keep (webhooks.go).
+	hooks webhookState
 }
 
 var _ payrouter.Store = (*Store)(nil)
@@ -115,6 +117,8 @@ func New(opts ...Option) *Store {
 		pins:      make(map[string]int),
 		refundsOf: make(map[string][]string),
 		usage:     make(map[string]*ownerUsage),
+
+		hooks: webhookState{cursors: map[string]int64{}, disabled: map[string]payrouter.WebhookDisabled{}},
 	}
 	for _, opt := range opts {
 		opt(s)

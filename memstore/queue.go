@@ -126,6 +126,7 @@ func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
 // enqueue adds a task and returns its id; queueMu must be held.
 func (s *Store) enqueue(t payrouter.Task) string {
 	s.queueSeq++
+	t = cloneTask(t) // the caller's delivery is its own to change
 	t.ID = fmt.Sprintf("%d-0", s.queueSeq)
 	t.Deliveries = 0
 	s.queue = append(s.queue, &queued{task: t})
@@ -133,8 +134,8 @@ func (s *Store) enqueue(t payrouter.Task) string {
 	return t.ID
 }
 
-// Take hands out up to max tasks: those handed out more than idle ago and not acknowledged
-// first, then those never handed out, each in the order they were queued.
+// Take hands out up to max tasks whose NotBefore has come: those handed out more than idle ago
+// and not acknowledged first, then those never handed out, each in the order they were queued.
 func (s *Store) Take(ctx context.Context, consumer string, max int, idle time.Duration) ([]payrouter.Task, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
@@ -146,15 +147,15 @@ func (s *Store) Take(ctx context.Context, consumer string, max int, idle time.Du
 	take := func(q *queued) {
 		q.handedAt = now
 		q.task.Deliveries++
-		out = append(out, q.task)
+		out = append(out, cloneTask(q.task))
 	}
 	for _, q := range s.queue {
-		if len(out) < max && !q.handedAt.IsZero() && now.Sub(q.handedAt) >= idle {
+		if len(out) < max && !q.handedAt.IsZero() && now.Sub(q.handedAt) >= idle && !now.Before(q.task.NotBefore) {
 			take(q)
 		}
 	}
 	for _, q := range s.queue {
-		if len(out) < max && q.handedAt.IsZero() {
+		if len(out) < max && q.handedAt.IsZero() && !now.Before(q.task.NotBefore) {
 			take(q)
 		}
 	}
@@ -186,4 +187,16 @@ func (s *Store) QueueDepth(ctx context.Context) (int64, error) {
 	s.queueMu.Lock()
 	defer s.queueMu.Unlock()
 	return int64(len(s.queue)), nil
+}
+
+// Tasks lists the tasks queued, due or not, handed out or not, in the order they were queued,
+// without handing any out: what a test or a debugging session wants to see of the queue.
+func (s *Store) Tasks() []payrouter.Task {
+	s.queueMu.Lock()
+	defer s.queueMu.Unlock()
+	out := make([]payrouter.Task, len(s.queue))
+	for i, q := range s.queue {
+		out[i] = cloneTask(q.task)
+	}
+	return out
 }

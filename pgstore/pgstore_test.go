@@ -58,7 +58,7 @@ func truncate(t testing.TB, s *Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
 	defer cancel()
-	if _, err := s.pool.Exec(ctx, `TRUNCATE charges, refunds, idempotency_keys, tasks, events RESTART IDENTITY`); err != nil {
+	if _, err := s.pool.Exec(ctx, `TRUNCATE charges, refunds, idempotency_keys, tasks, events, webhook_cursors, webhook_dead_letters, webhook_endpoints_disabled RESTART IDENTITY`); err != nil {
 		t.Fatalf("emptying the tables: %v", err)
 	}
 }

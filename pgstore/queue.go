@@ -157,13 +157,14 @@ func (s *Store) Enqueue(ctx context.Context, t payrouter.Task) (string, error) {
 // getting the same task: a row another Take has locked is skipped, and a row another Take
 // handed out since this statement's snapshot is re-read under the lock and no longer matches.
 //
-// NotBefore is not a condition here, as in every store (memstore, redisstore): the worker
-// looks at it and leaves a task that is not due in the queue, to come back after idle.
+// A task whose not_before has not come is passed over (the database's clock decides, as for
+// idle): a webhook delivery waiting hours for its next attempt is not handed out meanwhile.
 const takeSQL = `
 WITH picked AS (
 	SELECT id, taken_at IS NOT NULL AS again
 	FROM tasks
-	WHERE taken_at IS NULL OR taken_at <= now() - $2::bigint * interval '1 microsecond'
+	WHERE (taken_at IS NULL OR taken_at <= now() - $2::bigint * interval '1 microsecond')
+		AND (not_before IS NULL OR not_before <= now())
 	ORDER BY taken_at IS NULL, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
@@ -173,8 +174,8 @@ FROM picked
 WHERE t.id = picked.id
 RETURNING t.id, t.task, t.deliveries, picked.again`
 
-// Take hands consumer up to limit tasks (payrouter.Queue): first those handed out before, to
-// anyone, and not acknowledged for idle or longer (a consumer that crashed, or left them for
+// Take hands consumer up to limit tasks whose NotBefore has come (payrouter.Queue): first those
+// handed out before, to anyone, and not acknowledged for idle or longer (a consumer that crashed, or left them for
 // later), then new ones, each in the order queued. Each task's Deliveries counts this time too.
 func (s *Store) Take(ctx context.Context, consumer string, limit int, idle time.Duration) ([]payrouter.Task, error) {
 	if limit <= 0 {

@@ -36,6 +36,11 @@ DELETE FROM charges WHERE id IN (
 DELETE FROM events WHERE id IN (
 	SELECT id FROM events WHERE created_at < now() - $2::bigint * interval '1 microsecond'
 	ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	// Dead letters are kept as long as charges are, then go.
+	sweepDeadLettersSQL = `
+DELETE FROM webhook_dead_letters WHERE delivery IN (
+	SELECT delivery FROM webhook_dead_letters WHERE dead_at < now() - $2::bigint * interval '1 microsecond'
+	ORDER BY dead_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	sweepRefundsSQL = `
 DELETE FROM refunds WHERE id IN (
 	SELECT id FROM refunds
@@ -72,7 +77,7 @@ func (s *Store) sweep(ctx context.Context) {
 		failed("idempotency_keys", err)
 		return
 	}
-	var charges, refunds, events int64
+	var charges, refunds, events, dead int64
 	if r.Charges > 0 {
 		keep := micros(r.Charges)
 		if charges, err = s.sweepTable(ctx, sweepChargesSQL, string(payrouter.StatusProcessing), keep); err != nil {
@@ -88,9 +93,14 @@ func (s *Store) sweep(ctx context.Context) {
 			failed("events", err)
 			return
 		}
+		if dead, err = s.sweepTable(ctx, sweepDeadLettersSQL, keep); err != nil {
+			failed("webhook_dead_letters", err)
+			return
+		}
 	}
-	if keys+charges+refunds+events > 0 {
-		s.opts.Log.InfoContext(ctx, "pgstore.retention", "idempotency_keys", keys, "charges", charges, "refunds", refunds, "events", events)
+	if keys+charges+refunds+events+dead > 0 {
+		s.opts.Log.InfoContext(ctx, "pgstore.retention", "idempotency_keys", keys, "charges", charges, "refunds", refunds, "events", events,
+			"webhook_dead_letters", dead)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/httpapi"
 	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/webhooks"
 )
 
 // reload re-reads the configuration file and applies what can change while serving, in place:
@@ -78,6 +79,24 @@ func (s *Service) reload(how string) (config.Changes, error) {
 		s.log.Error("config.reload_failed", "how", how, "err", err.Error())
 		return config.Changes{}, err
 	}
+	if err == nil && s.hooks != nil {
+		err = s.hooks.Update(next.Webhooks, config.WebhookOwner)
+	}
+	if err != nil {
+		// Validation makes this unreachable (a secret it accepted that the signer refuses).
+		s.metrics.ConfigReloaded(false)
+		s.log.Error("config.reload_failed", "how", how, "err", err.Error())
+		return config.Changes{}, err
+	}
+	if changes.Webhooks {
+		var removed []string
+		for _, e := range running.Webhooks.Endpoints {
+			if !slices.ContainsFunc(next.Webhooks.Endpoints, func(n webhooks.Endpoint) bool { return n.Name == e.Name }) {
+				removed = append(removed, e.Name)
+			}
+		}
+		s.metrics.InitWebhookEndpoints(webhookNames(next), removed)
+	}
 	s.prober.Update(s.checks, renewedChecks)
 	if s.worker != nil {
 		s.worker.SetIdle(workerIdle(next))
@@ -98,7 +117,7 @@ func (s *Service) reload(how string) (config.Changes, error) {
 	s.log.Info("config.reloaded", "how", how, "path", s.path, "certificates_reloaded", certificates,
 		"added", changes.Gateways.Added, "changed", changes.Gateways.Changed, "removed", changes.Gateways.Removed,
 		"renewed", changes.Renewed, "routes_changed", changes.Routes, "fallbacks_changed", changes.Fallbacks, "auth_changed", changes.Auth, "limits_changed", changes.Limits,
-		"restart_needed", changes.RestartNeeded)
+		"webhooks_changed", changes.Webhooks, "restart_needed", changes.RestartNeeded)
 	for _, w := range next.Check().Warnings {
 		s.log.Warn("config.warning", "warning", w)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/payrouter/payrouter/routing"
 	"github.com/payrouter/payrouter/statestore"
 	"github.com/payrouter/payrouter/telemetry"
+	"github.com/payrouter/payrouter/webhooks"
 )
 
 // Role is what a process runs.
@@ -98,6 +99,9 @@ type Service struct {
 	// worker drains the task queue and reconciler resolves processing charges; nil in Probe.
 	worker     *fallback.Worker
 	reconciler *payments.Reconciler
+	// hooks dispatches the events to the storefront's webhook endpoints and delivers them
+	// (the worker runs its tasks); nil in Probe.
+	hooks *webhooks.Service
 	// closers release what New opened, run last first by Close.
 	closers []func()
 	// stopBackground ends what Start started, and background waits for it.
@@ -191,8 +195,18 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		// The money work done later: queued refunds, voids, rechecks of late approvals, and
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task
 		// is handed to one at a time); one at a time reconciles, by lease.
+		s.hooks = webhooks.New(webhooks.Config{
+			Store: s.store, Render: httpapi.EventJSON, Observer: s.metrics, Log: s.log,
+			Wake: func() { s.worker.Wake() },
+		})
+		if err := s.hooks.Update(cfg.Webhooks, config.WebhookOwner); err != nil {
+			return refused(err)
+		}
+		s.metrics.InitWebhookEndpoints(webhookNames(cfg), nil)
+		handlers := s.payments.Handlers()
+		handlers[payrouter.TaskWebhook] = s.hooks.Handle
 		s.worker = &fallback.Worker{
-			Queue: s.store, Consumer: s.origin, Handlers: s.payments.Handlers(), Log: s.log, Depth: s.metrics.QueueDepth,
+			Queue: s.store, Consumer: s.origin, Handlers: handlers, Log: s.log, Depth: s.metrics.QueueDepth,
 			Idle: workerIdle(cfg),
 		}
 		s.reconciler = &payments.Reconciler{Payments: s.payments, Leases: leases, Holder: s.origin, Log: s.log}
@@ -202,7 +216,8 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 
 // workerIdle is how long a queued task handed to an instance waits before another may take it:
 // more than twice the longest task, two gateway calls (the worker bounds each task by half of
-// it), so a task is never worked twice at once, and no less than 10s.
+// it), or a webhook attempt and the write of how it ended, so a task is never worked twice at
+// once, and no less than 10s.
 func workerIdle(cfg *config.Config) time.Duration {
 	idle := 10 * time.Second
 	for _, g := range cfg.Gateways {
@@ -210,7 +225,19 @@ func workerIdle(cfg *config.Config) time.Duration {
 			idle = max(idle, 4*g.TimeoutFor(op)+time.Second)
 		}
 	}
+	for _, e := range cfg.Webhooks.Endpoints {
+		idle = max(idle, 2*e.Timeout+10*time.Second)
+	}
 	return idle
+}
+
+// webhookNames lists the configured webhook endpoints' names.
+func webhookNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Webhooks.Endpoints))
+	for i, e := range cfg.Webhooks.Endpoints {
+		names[i] = e.Name
+	}
+	return names
 }
 
 // Deps are the dependencies of the service's HTTP handlers (httpapi.NewServer and
@@ -221,6 +248,9 @@ func (s *Service) Deps() httpapi.Deps {
 		Domains: s.domains, Fleet: s.fleet, Metrics: s.metrics, Gateways: s.cfg.Summary(), Reloader: s,
 		Limits: s.limits, Log: s.log,
 	}
+	if s.hooks != nil {
+		deps.Webhooks = s.hooks
+	}
 	if s.shared != nil {
 		deps.Coordination = s.shared
 	}
@@ -228,8 +258,8 @@ func (s *Service) Deps() httpapi.Deps {
 }
 
 // Start starts the work done in the background until Close: the state store's health check and
-// the fleet's sync, the prober, and in Serve the database watch, the queue worker and the
-// reconciler. It does nothing when called again.
+// the fleet's sync, the prober, and in Serve the database watch, the queue worker, the
+// reconciler and the webhooks' dispatcher. It does nothing when called again.
 func (s *Service) Start() {
 	if s.stopBackground != nil {
 		return
@@ -245,6 +275,7 @@ func (s *Service) Start() {
 		s.background.Go(func() { s.watchDatabase(ctx) })
 		s.background.Go(func() { s.worker.Run(ctx) })
 		s.background.Go(func() { s.reconciler.Run(ctx) })
+		s.background.Go(func() { s.hooks.Run(ctx) })
 	}
 }
 
@@ -261,6 +292,11 @@ func (s *Service) Close() {
 		if s.stopBackground != nil {
 			s.stopBackground()
 			s.background.Wait()
+		}
+		if s.hooks != nil {
+			// Webhook attempts under way are abandoned (handed out again once idle) before the
+			// store they record in closes.
+			s.hooks.Close()
 		}
 		for i := len(s.closers) - 1; i >= 0; i-- {
 			s.closers[i]()

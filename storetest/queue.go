@@ -35,8 +35,12 @@ func newTask(n int) payrouter.Task {
 		GatewayReference: "T-9981",
 		Amount:           1999,
 		Currency:         "USD",
-		NotBefore:        base.Add(5*time.Minute + 123456789*time.Nanosecond),
-		CreatedAt:        base.Add(987654321 * time.Nanosecond),
+		Webhook: &payrouter.WebhookDelivery{
+			ID: "whd_X", Endpoint: "shop", EventID: "evt_X", EventType: payrouter.EventChargeSucceeded, EventAt: base,
+			Body: []byte(`{"id":"evt_X"}`), Attempt: 3, Deferrals: 2, LastError: "answered 500", LastStatus: 500, LastAttemptAt: base,
+		},
+		NotBefore: base.Add(5*time.Minute + 123456789*time.Nanosecond),
+		CreatedAt: base.Add(987654321 * time.Nanosecond),
 	}
 }
 

@@ -77,6 +77,13 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"queue/max", testQueueMax},
 		{"queue/concurrent takes", testQueueConcurrentTakes},
 		{"queue/ack of an unknown id", testQueueAckUnknown},
+		{"queue/a task not due is not handed out", testTakeSkipsNotDue},
+		{"queue/a task requeued replaces the one handed out, once", testRequeueTask},
+
+		{"webhooks/the cursor starts at the end and moves with its deliveries", testWebhookCursor},
+		{"webhooks/dispatching at once queues each delivery once", testWebhookConcurrentDispatch},
+		{"webhooks/dead letters and redelivery", testDeadLetters},
+		{"webhooks/an endpoint disabled", testWebhookDisabled},
 
 		{"ping", testPing},
 	}

@@ -62,6 +62,12 @@ func exportedSeries(t *testing.T) map[string][]string {
 	r := m.RouterObserver()
 	r.HedgeDone("won_hedge")
 	r.ChargeReconciled(payrouter.StatusSucceeded, time.Minute)
+	m.InitWebhookEndpoints([]string{"shop"}, nil)
+	m.Dispatched("shop", 1)
+	m.Attempted("shop", "delivered", time.Second, 2*time.Second)
+	m.InFlight("shop", 1)
+	m.EndpointDisabled("shop", false)
+	m.Backlog(1, 0)
 
 	families, err := m.Registry.Gather()
 	if err != nil {
@@ -680,7 +686,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"PayrouterBreakerOpenTooLong", "PayrouterBulkheadSaturated", "PayrouterGatewayFailureRatioHigh", "PayrouterQueueGrowing", "PayrouterTaskNotQueued", "PayrouterDatabaseDown", "PayrouterStateStoreDown", "PayrouterStateStoreErrors", "PayrouterConfigReloadRefused"} {
+	for _, want := range []string{"PayrouterBreakerOpenTooLong", "PayrouterBulkheadSaturated", "PayrouterGatewayFailureRatioHigh", "PayrouterQueueGrowing", "PayrouterTaskNotQueued", "PayrouterDatabaseDown", "PayrouterStateStoreDown", "PayrouterStateStoreErrors", "PayrouterConfigReloadRefused", "PayrouterWebhookDeliveriesFailing", "PayrouterWebhookDeadLettered"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no alert %s in %s", want, alertsFile)
 		}

@@ -48,6 +48,15 @@ type Metrics struct {
 	rateLimited        *prometheus.CounterVec // limits.go
 	coordinationErrors *prometheus.CounterVec // coordination.go
 	connections        *connections           // connections.go
+
+	// webhooks.go
+	webhookDispatched      *prometheus.CounterVec
+	webhookDeliveries      *prometheus.CounterVec
+	webhookLatency         *prometheus.HistogramVec
+	webhookAttemptDuration *prometheus.HistogramVec
+	webhookInFlight        *prometheus.GaugeVec
+	webhookDisabled        *prometheus.GaugeVec
+	webhookBacklog         *prometheus.GaugeVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -156,6 +165,7 @@ func NewMetrics() *Metrics {
 	m.authFailures = newAuthFailures(reg)
 	m.coordinationErrors = newCoordinationErrors(reg)
 	reg.MustRegister(m.rateLimited, m.connections)
+	reg.MustRegister(m.newWebhookMetrics()...)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,
