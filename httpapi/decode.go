@@ -31,6 +31,15 @@ var errDecode = errors.New("the body is not valid JSON")
 // parseJSON reads exactly one JSON value from body, refusing duplicate keys and trailing data.
 // Its errors never quote the body.
 func parseJSON(body []byte) (jsonValue, error) {
+	// encoding/json replaces bytes that are not UTF-8, and \u escapes of a lone surrogate, by
+	// U+FFFD without a word: a description would be stored other than it was sent. Refused
+	// instead (RFC 8259 section 8.1: text exchanged between systems is UTF-8).
+	if !utf8.Valid(body) {
+		return nil, errors.New("the body is not valid UTF-8")
+	}
+	if loneSurrogate(body) {
+		return nil, errors.New("the body escapes half of a UTF-16 surrogate pair (\\uD800-\\uDFFF alone), which is no character")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	v, err := parseValue(dec, 0)
@@ -406,4 +415,47 @@ func findCardNumber(v jsonValue, path string) string {
 		}
 	}
 	return ""
+}
+
+// loneSurrogate reports whether a string of body, read as JSON, has a \u escape of a UTF-16
+// surrogate that is not one half of a pair: a high one (D800-DBFF) not followed at once by an
+// escaped low one (DC00-DFFF), or a low one not preceded by a high one. Text outside strings,
+// and escapes other than \u, are passed over; a body that is not JSON is the decoder's to refuse.
+func loneSurrogate(body []byte) bool {
+	inString := false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case c == '"':
+			inString = !inString
+		case c != '\\' || !inString:
+		case i+1 < len(body) && body[i+1] != 'u':
+			i++ // an escape of one character: \" \\ \/ \b \f \n \r \t
+		default:
+			r, ok := escapedUnit(body, i)
+			switch {
+			case !ok:
+				return false // malformed: the decoder says so
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true // a low half with no high half before it
+			case r >= 0xD800 && r <= 0xDBFF:
+				low, ok := escapedUnit(body, i+6)
+				if !ok || low < 0xDC00 || low > 0xDFFF {
+					return true
+				}
+				i += 11 // both escapes
+			default:
+				i += 5
+			}
+		}
+	}
+	return false
+}
+
+// escapedUnit reads the \uXXXX escape at body[i:], the UTF-16 code unit it names.
+func escapedUnit(body []byte, i int) (rune, bool) {
+	if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+	return rune(v), err == nil
 }

@@ -160,6 +160,8 @@ func FuzzDecodeCharge(f *testing.F) {
 	f.Add([]byte(`{"a":{"b":{"c":[1,2,{"d":"4242424242424242"}]}}}`))
 	f.Add([]byte(`{"amount":1,"amount":2}`))
 	f.Add([]byte(`{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"metadata":{"k":"4111\u00a01111\u00a01111\u00a01111"}}`))
+	f.Add([]byte(`{"amount":1,"currency":"USD","payment_method":{"type":"card","token":"t"},"description":"\ud83d\ude00 \\ud800 \udc00"}`))
+	f.Add([]byte("{\"amount\":1,\"description\":\"caf\xe9\"}"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, errs, err := decodeCharge(body)
 		if err == nil {
@@ -173,4 +175,45 @@ func FuzzDecodeCharge(f *testing.F) {
 			t.Fatal("refused without a field error")
 		}
 	})
+}
+
+// TestTextThatIsNoCharacterRefused: bytes that are not UTF-8, and an escaped half of a surrogate
+// pair, were stored as U+FFFD with a 201: the charge kept other text than was sent. They are a
+// 400 on the body now; a pair written as two escapes, and text that only looks like an escape,
+// pass.
+func TestTextThatIsNoCharacterRefused(t *testing.T) {
+	withDescription := func(d string) []byte {
+		return []byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"description":"` + d + `"}`)
+	}
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		refused bool
+	}{
+		{"a byte that is not UTF-8", withDescription("caf\xe9"), true},
+		{"a truncated UTF-8 sequence", withDescription("\xe2\x82"), true},
+		{"a UTF-8 encoded surrogate", withDescription("\xed\xa0\x80"), true},
+		{"a high surrogate alone", withDescription(`\ud83d`), true},
+		{"a high surrogate before another escape", withDescription(`\ud83d\u0041`), true},
+		{"a low surrogate alone", withDescription(`\ude00`), true},
+		{"two high surrogates", withDescription(`\ud83d\ud83d`), true},
+		{"a surrogate in a metadata key", []byte(`{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"},"metadata":{"\udc00":"x"}}`), true},
+		{"a pair of escapes", withDescription(`smile \ud83d\ude00`), false},
+		{"the character itself", withDescription("smile 😀 café"), false},
+		{"an escaped backslash before u", withDescription(`C:\\ud800`), false},
+		{"an escaped quote then an escape", withDescription(`say \"hi\" \u00e9`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs, err := decodeCharge(tc.body)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("refused: %v %+v", err, errs)
+				}
+				return
+			}
+			if err == nil || len(errs) != 1 || errs[0].Field != "(body)" {
+				t.Fatalf("decodeCharge = %+v, %v; want one error on (body)", errs, err)
+			}
+		})
+	}
 }
