@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/pgstore/pgtest"
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestStore(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	storetest.Run(t, func(t *testing.T) payrouter.Store {
-		s := open(t, url, Options{})
+		s := open(t, url, suiteOptions)
 		truncate(t, s)
 		return s
 	})
@@ -35,11 +36,17 @@ func TestStoreSimpleProtocol(t *testing.T) {
 	}
 	url += sep + "default_query_exec_mode=simple_protocol"
 	storetest.Run(t, func(t *testing.T) payrouter.Store {
-		s := open(t, url, Options{})
+		s := open(t, url, suiteOptions)
 		truncate(t, s)
 		return s
 	})
 }
+
+// suiteOptions are the store's for the storetest suite: its racing cases (8 writers on one
+// charge, 40 claims of one key) queue on a row's lock, and under -race on a loaded 2-core
+// machine a queue outlasted the 800 ms a call is given in production, failing a case about
+// what is written, not how fast. The production bound has its own tests (outage_test.go).
+var suiteOptions = Options{Timeout: 30 * time.Second}
 
 // open opens a Store on url for the test, closed when it ends.
 func open(t testing.TB, url string, opts Options) *Store {
