@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -565,7 +566,37 @@ func crashPostgres(dbURL string) (killed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	postmaster := 0
+	// Another fault of the round may have the server starting or stopping (pg-restart), when its
+	// postmaster has no server process yet or any more: ask again until one is there.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		postmasters := postmastersOn(port)
+		if len(postmasters) > 0 {
+			for _, pid := range pids() {
+				if ppid, _, err := procStat(pid); err == nil && slices.Contains(postmasters, ppid) {
+					title := strings.Join(cmdline(pid), " ")
+					if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+						killed = append(killed, title)
+					}
+				}
+			}
+			if len(killed) > 0 {
+				return killed, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if len(postmasters) == 0 {
+				return nil, fmt.Errorf("no postmaster listening on port %d", port)
+			}
+			return nil, fmt.Errorf("the postmaster %v on port %d has no server process to kill", postmasters, port)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// postmastersOn are the pids of the PostgreSQL postmasters started with -p port: one, unless
+// one of an earlier server of that port is still on its way out.
+func postmastersOn(port int) (found []int) {
 	for _, pid := range pids() {
 		args := cmdline(pid)
 		if len(args) == 0 || filepath.Base(args[0]) != "postgres" {
@@ -573,25 +604,11 @@ func crashPostgres(dbURL string) (killed []string, err error) {
 		}
 		for i := 0; i+1 < len(args); i++ {
 			if args[i] == "-p" && args[i+1] == strconv.Itoa(port) {
-				postmaster = pid
+				found = append(found, pid)
 			}
 		}
 	}
-	if postmaster == 0 {
-		return nil, fmt.Errorf("no postmaster listening on port %d", port)
-	}
-	for _, pid := range pids() {
-		if ppid, _, err := procStat(pid); err == nil && ppid == postmaster {
-			title := strings.Join(cmdline(pid), " ")
-			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-				killed = append(killed, title)
-			}
-		}
-	}
-	if len(killed) == 0 {
-		return nil, fmt.Errorf("the postmaster %d on port %d has no server process to kill", postmaster, port)
-	}
-	return killed, nil
+	return found
 }
 
 // describeKilled counts PostgreSQL's processes by what they were: the backends of the chaos
