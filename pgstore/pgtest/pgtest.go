@@ -119,9 +119,13 @@ func running(t testing.TB) *server {
 // and returns its URL; it is dropped when the test ends, connections still open or not.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	mu.Lock()
-	s := running(t)
-	mu.Unlock()
+	s := func() *server {
+		// running may fail the test (runtime.Goexit): the deferred unlock lets TestMain's Run
+		// take mu after it, where an unlock after the call left every later test waiting.
+		mu.Lock()
+		defer mu.Unlock()
+		return running(t)
+	}()
 	name := fmt.Sprintf("pgtest_%d", dbSeq.Add(1))
 	if err := s.exec("CREATE DATABASE " + name); err != nil {
 		t.Fatalf("pgtest: creating database %s: %v", name, err)
