@@ -421,6 +421,8 @@ type routerConfig struct {
 	RedisURL    string
 	// RedisTimeout is state.redis_timeout; 0 leaves it out (the default, 100ms).
 	RedisTimeout time.Duration
+	// DatabaseTimeout is state.database_timeout; 0 leaves it out (the default, 800ms).
+	DatabaseTimeout time.Duration
 	// Gateways are keyed by simulated gateway (paywell, ding, tranglo); each one's kind is its
 	// name and its base_url the simulator's.
 	Gateways map[string]gatewayConfig
@@ -435,6 +437,9 @@ func (c routerConfig) yaml(listen, admin string, s *sims) string {
 	fmt.Fprintf(&b, "state:\n  redis_url: %q\n  database_url: %q\n", c.RedisURL, c.DatabaseURL)
 	if c.RedisTimeout > 0 {
 		fmt.Fprintf(&b, "  redis_timeout: %s\n", c.RedisTimeout)
+	}
+	if c.DatabaseTimeout > 0 {
+		fmt.Fprintf(&b, "  database_timeout: %s\n", c.DatabaseTimeout)
 	}
 	b.WriteString("gateways:\n")
 	for _, name := range []string{"paywell", "ding", "tranglo"} { // the file's order is the listing order

@@ -210,7 +210,10 @@ func TestIncidentSaturationWhileProbing(t *testing.T) {
 	cfg := routerConfig{
 		RequestTimeout: 5 * time.Second,
 		RedisURL:       rds.URL(), DatabaseURL: pgtest.NewDatabase(t),
-		RedisTimeout: time.Second,
+		// What is measured is tranglo's bulkhead; the stores' bounds are raised so that a
+		// loaded test machine (two instances, the prober, PostgreSQL and 20 clients under -race)
+		// does not mix their honest 503 state-unavailable into it: seen with the 800ms default.
+		RedisTimeout: time.Second, DatabaseTimeout: 5 * time.Second,
 		Gateways: map[string]gatewayConfig{"tranglo": {
 			Timeout: 3 * time.Second, MaxConcurrent: slots, ConsecutiveFailures: 3, Cooldown: 5 * time.Second,
 			OutOfBand: true, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout,

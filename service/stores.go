@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -37,10 +38,7 @@ func (s *Service) openStores(ctx context.Context, given payrouter.Store) error {
 	if given != nil {
 		s.store = given
 	} else if url := s.cfg.State.DatabaseURL; url != "" && s.role == Serve {
-		pg, err := pgstore.Open(ctx, url, pgstore.Options{
-			Timeout: s.cfg.State.DatabaseTimeout, Log: s.log, NoMigrate: !s.cfg.State.DatabaseMigrate,
-			Retention: pgstore.Retention{Charges: s.cfg.State.Retention},
-		})
+		pg, err := s.openDatabase(ctx, url)
 		if err != nil {
 			return fmt.Errorf("state.database_url: %w", err)
 		}
@@ -100,4 +98,36 @@ func (s *Service) watchDatabase(ctx context.Context) {
 		Log:       s.log,
 		OnChange:  s.metrics.DatabaseUp,
 	}).Run(ctx)
+}
+
+// DatabaseStartWait bounds how long serve waits at start for a database that does not answer
+// (restarting, failing over, or slow on a loaded host) before it gives up and exits: an
+// instance started beside a database coming back joins once it answers, rather than exiting
+// at the first refused connection and waiting on its supervisor's back-off. A database that
+// answers and refuses (a wrong password, an unknown database, a schema newer than this
+// version) ends the start at once: waiting would not change it.
+const DatabaseStartWait = 30 * time.Second
+
+// openDatabase opens the PostgreSQL money store, asking again (250 ms, doubling to 2 s) while
+// it is unavailable, for at most DatabaseStartWait, with a state_store.waiting line per try.
+func (s *Service) openDatabase(ctx context.Context, url string) (*pgstore.Store, error) {
+	opts := pgstore.Options{
+		Timeout: s.cfg.State.DatabaseTimeout, Log: s.log, NoMigrate: !s.cfg.State.DatabaseMigrate,
+		Retention: pgstore.Retention{Charges: s.cfg.State.Retention},
+	}
+	deadline := time.Now().Add(DatabaseStartWait)
+	wait := 250 * time.Millisecond
+	for try := 1; ; try++ {
+		pg, err := pgstore.Open(ctx, url, opts)
+		if err == nil || !errors.Is(err, payrouter.ErrStateUnavailable) || time.Now().Add(wait).After(deadline) {
+			return pg, err
+		}
+		s.log.WarnContext(ctx, "state_store.waiting", "store", "database", "try", try, "retry_in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
