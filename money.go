@@ -127,9 +127,9 @@ const (
 	// (Charge.CaptureQueued) whose gateway refused the capture; the charge is now failed and
 	// its authorization released.
 	EventChargeCaptureFailed EventType = "charge.capture_failed"
-	EventChargeRefunded        EventType = "charge.refunded"
-	EventRefundSucceeded       EventType = "refund.succeeded"
-	EventRefundFailed          EventType = "refund.failed"
+	EventChargeRefunded      EventType = "charge.refunded"
+	EventRefundSucceeded     EventType = "refund.succeeded"
+	EventRefundFailed        EventType = "refund.failed"
 )
 
 // EventTypes lists every event type, in the order docs/api.md gives them.
