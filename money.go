@@ -162,6 +162,9 @@ func ChargeEvents(from Stored, c *Charge) []EventType {
 			out = append(out, EventChargeCaptured)
 		case c.Status == StatusVoided:
 			out = append(out, EventChargeVoided)
+		case from.Status == StatusSucceeded && c.Status == StatusFailed:
+			// Answered succeeded with its capture queued, and the gateway refused the capture.
+			out = append(out, EventChargeCaptureFailed)
 		case from.Status.Refundable() || from.Status == StatusRefunded:
 			// refunded further: below
 		case c.Status == StatusSucceeded, c.Status == StatusPartiallyRefunded, c.Status == StatusRefunded:
@@ -171,9 +174,6 @@ func ChargeEvents(from Stored, c *Charge) []EventType {
 			out = append(out, EventChargeRequiresCapture)
 		case c.Status == StatusDeclined:
 			out = append(out, EventChargeDeclined)
-		case from.Status == StatusSucceeded && c.Status == StatusFailed:
-			// Answered succeeded with its capture queued, and the gateway refused the capture.
-			out = append(out, EventChargeCaptureFailed)
 		case c.Status == StatusFailed:
 			out = append(out, EventChargeFailed)
 		}
