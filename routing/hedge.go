@@ -14,8 +14,8 @@ import (
 // Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
 // for a charge has not answered after a delay, the charge is also sent to the next gateway of
 // the route. Two gateways means two possible charges, so on a hedged route the first two
-// gateway calls authorize only; the first approval is kept (and captured when the charge asks
-// for capture) and every other approval is voided.
+// gateway calls authorize only; the first approval is kept (and captured after the charge's
+// answer when the charge asks for capture) and every other approval is voided.
 //
 // A Hedge is also the schema of routes[].hedge in a configuration file (docs/configuration.md).
 type Hedge struct {
@@ -263,9 +263,10 @@ type hedgedRun struct {
 // The first gateway called authorizes only; if it has not answered after the hedge delay and the
 // route's budget allows, the next gateway whose guard admits it is called too, authorize-only.
 // The rules, all about money:
-//   - The first approval wins: it is captured (when the charge asks for capture) and only a
-//     confirmed capture answers succeeded; a failed capture leaves the charge processing for
-//     the reconciler. Every other approval is voided at once, or queued (TaskVoid) until it is.
+//   - The first approval wins. When the charge asks for capture, its capture is queued
+//     (TaskCapture) and the charge answered succeeded with CaptureQueued set, the capture made
+//     after the answer (completeWinner). Every other approval is voided at once, or queued
+//     (TaskVoid) until it is; that void is paid from the route's budget, as the hedge was.
 //   - An attempt still running when the winner is known does not hold the answer up: it ends
 //     in the background, bounded by its gateway's timeout and the budget, a TaskRecheck is
 //     queued at once so that a crash cannot leave its approval in place, and an approval it
