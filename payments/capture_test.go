@@ -7,9 +7,12 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/resilience"
+	"github.com/payrouter/payrouter/routing"
 )
 
 // captureQueued stores the charge a hedge answered succeeded with its capture queued, and
@@ -235,6 +238,66 @@ func TestQueuedCaptureAgainstVoidAndRefund(t *testing.T) {
 		}
 		if c := f.stored(t); c.Status != payrouter.StatusSucceeded || c.CaptureQueued || c.RefundsReserved != 0 {
 			t.Errorf("stored %s, capture queued %v, reserved %d; want succeeded, captured, nothing reserved", c.Status, c.CaptureQueued, c.RefundsReserved)
+		}
+	})
+}
+
+// withHedgedRoute gives the fixture's Service a route [paywell, ding] hedged after 100ms, a
+// hedge for every charge (budget 1), ding answering as paywell does.
+func withHedgedRoute(t *testing.T, f *opsFixture) *opGateway {
+	t.Helper()
+	ding := newOpGateway()
+	var settings []resilience.GatewaySettings
+	for _, name := range []string{"paywell", "ding"} {
+		settings = append(settings, resilience.GatewaySettings{Name: name, TimeoutSettings: resilience.TimeoutSettings{Timeout: opsTimeout},
+			BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 100, Cooldown: time.Minute}}})
+	}
+	dom := resilience.NewDomains(settings, nil)
+	t.Cleanup(dom.Close)
+	router, err := routing.New(routing.Config{
+		Routes: []routing.Route{{Name: "hedged", Gateways: []string{"paywell", "ding"},
+			Hedge: &routing.Hedge{After: routing.HedgeAfter{Delay: 100 * time.Millisecond}, Budget: 1}}},
+		Gateways: map[string]payrouter.Gateway{"paywell": f.gw, "ding": ding}, Domains: dom, Budget: opsBudget,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.settler = New(Config{Router: router, Keys: f.store, KeysTTL: time.Hour, Charges: f.store, Refunds: f.store, Queue: f.store, Budget: opsBudget, Observer: f.obs})
+	f.settler.now = func() time.Time { return f.now }
+	return ding
+}
+
+// TestHedgedChargeIsCapturedAfterItsAnswer: POST /charge on a hedged route, through the
+// idempotency protocol as the API runs it. The answer is succeeded with the capture queued and
+// nothing captured yet; the capture follows the stored answer, once, and its task is gone.
+func TestHedgedChargeIsCapturedAfterItsAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOpsFixture(t)
+		withHedgedRoute(t, f)
+		f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_1"}
+		var atAnswer []string
+		render := func(r Result) (Answer, error) {
+			atAnswer = f.gw.Calls()
+			return renderCharge(r)
+		}
+		c := &payrouter.Charge{ID: "ch_test", Owner: "shop", Amount: 1999, Currency: "USD", Capture: true,
+			PaymentMethod: payrouter.PaymentMethod{Type: "card", Token: "tok_visa"}}
+		a, err := f.settler.CreateCharge(t.Context(), Request{Scope: "shop", Key: "order-1", Fingerprint: "fp"}, c, render)
+		if err != nil || a.Status != 201 {
+			t.Fatalf("answer %d %s, %v; want 201 succeeded", a.Status, a.Body, err)
+		}
+		if !slices.Equal(atAnswer, []string{"authorize:ch_test-a1"}) {
+			t.Errorf("gateway calls when answered %v; want the authorization alone: the capture comes after", atAnswer)
+		}
+		f.settler.Wait()
+		if got := f.gw.Calls(); !slices.Equal(got, []string{"authorize:ch_test-a1", "capture:ch_test-a1-capture"}) {
+			t.Errorf("gateway calls %v; want the authorization, then its capture", got)
+		}
+		if s := f.stored(t); s.Status != payrouter.StatusSucceeded || s.CaptureQueued {
+			t.Errorf("stored %s, capture queued %v; want succeeded, captured", s.Status, s.CaptureQueued)
+		}
+		if left := f.store.Tasks(); len(left) != 0 {
+			t.Errorf("tasks left %+v; want the capture's task acknowledged", left)
 		}
 	})
 }
