@@ -30,6 +30,10 @@ func (c *Charge) ReserveRefund(amount int64) (int64, error) {
 	switch {
 	case !c.Status.Refundable():
 		return 0, Errorf(EState, "charge %s is %s: only a succeeded charge can be refunded", c.ID, c.Status)
+	case c.CaptureQueued:
+		// Answered succeeded with its capture queued: a refund sent before the capture would be
+		// refused by the gateway (nothing captured yet) or, worse, outrun it.
+		return 0, Errorf(EState, "charge %s is still being captured: send the refund again in a few seconds", c.ID)
 	case left <= 0:
 		return 0, Errorf(EState, "charge %s has nothing left to refund (refunded %d, %d in refunds not answered yet)", c.ID, c.Refunded, c.RefundsReserved)
 	case amount > left:
@@ -119,15 +123,19 @@ const (
 	EventChargeRequiresCapture EventType = "charge.requires_capture"
 	EventChargeCaptured        EventType = "charge.captured"
 	EventChargeVoided          EventType = "charge.voided"
-	EventChargeRefunded        EventType = "charge.refunded"
-	EventRefundSucceeded       EventType = "refund.succeeded"
-	EventRefundFailed          EventType = "refund.failed"
+	// EventChargeCaptureFailed: a charge answered succeeded with its capture queued
+	// (Charge.CaptureQueued) whose gateway refused the capture; the charge is now failed and
+	// its authorization released.
+	EventChargeCaptureFailed EventType = "charge.capture_failed"
+	EventChargeRefunded      EventType = "charge.refunded"
+	EventRefundSucceeded     EventType = "refund.succeeded"
+	EventRefundFailed        EventType = "refund.failed"
 )
 
 // EventTypes lists every event type, in the order docs/api.md gives them.
 var EventTypes = []EventType{
 	EventChargeSucceeded, EventChargeDeclined, EventChargeFailed, EventChargeRequiresCapture, EventChargeCaptured,
-	EventChargeVoided, EventChargeRefunded, EventRefundSucceeded, EventRefundFailed,
+	EventChargeVoided, EventChargeCaptureFailed, EventChargeRefunded, EventRefundSucceeded, EventRefundFailed,
 }
 
 // OfRefund reports whether events of type t carry a refund (else a charge).
@@ -154,6 +162,9 @@ func ChargeEvents(from Stored, c *Charge) []EventType {
 			out = append(out, EventChargeCaptured)
 		case c.Status == StatusVoided:
 			out = append(out, EventChargeVoided)
+		case from.Status == StatusSucceeded && c.Status == StatusFailed:
+			// Answered succeeded with its capture queued, and the gateway refused the capture.
+			out = append(out, EventChargeCaptureFailed)
 		case from.Status.Refundable() || from.Status == StatusRefunded:
 			// refunded further: below
 		case c.Status == StatusSucceeded, c.Status == StatusPartiallyRefunded, c.Status == StatusRefunded:

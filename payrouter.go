@@ -224,6 +224,11 @@ type Charge struct {
 	// yet, since ChangingSince: the opposite operation is refused meanwhile (BeginChange).
 	Changing      Operation `json:"changing,omitempty"`
 	ChangingSince time.Time `json:"changing_since,omitzero"`
+	// CaptureQueued is set on a succeeded charge whose capture is not confirmed yet: a hedged
+	// charge answered succeeded once its capture was queued (TaskCapture) rather than after it
+	// (docs/architecture.md, Hedging safely). Nothing may be refunded before the capture is
+	// confirmed, and a capture the gateway finally refuses makes the charge failed.
+	CaptureQueued bool      `json:"capture_queued,omitempty"`
 	Attempts      []Attempt `json:"attempts"`
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`

@@ -149,6 +149,10 @@ const (
 	// (and the charge went elsewhere, or failed), but a gateway may still process a request it
 	// received late. An approval found then is voided (TaskVoid).
 	TaskRecheck TaskKind = "recheck"
+	// TaskCapture captures the authorization Reference at Gateway that its charge keeps and
+	// was answered succeeded for with its capture queued (Charge.CaptureQueued): the capture is
+	// sent with the same reference every time, so the gateway applies it once.
+	TaskCapture TaskKind = "capture"
 	// TaskWebhook delivers one event to one storefront endpoint (Task.Webhook): package
 	// webhooks queues and handles it. It calls no gateway and holds no charge in the store.
 	TaskWebhook TaskKind = "webhook"
@@ -163,7 +167,8 @@ type Task struct {
 	Gateway  string   `json:"gateway"`
 	ChargeID string   `json:"charge_id"`
 	RefundID string   `json:"refund_id,omitempty"` // TaskRefund
-	// Reference is the charge attempt's reference at Gateway (TaskVoid, TaskRecheck).
+	// Reference is the charge attempt's reference at Gateway (TaskVoid, TaskRecheck,
+	// TaskCapture).
 	Reference        string `json:"reference,omitempty"`
 	GatewayReference string `json:"gateway_reference,omitempty"`
 	Amount           int64  `json:"amount,omitempty"`

@@ -654,6 +654,10 @@ type chaosSummary struct {
 	hedges                             string // payrouter_hedges_total by result, both instances
 	multiGateway                       int    // charges with transactions at two gateways or more
 	twins                              int
+	// capturesTimed counts the captures of charges told succeeded whose time the ledger reads
+	// caught; maxCaptureAfterAnswer is the longest from an answer to its capture.
+	capturesTimed         int
+	maxCaptureAfterAnswer time.Duration
 }
 
 func (s chaosSummary) String(r *chaosRun) string {
@@ -678,6 +682,7 @@ func (s chaosSummary) String(r *chaosRun) string {
 		"(%d seen final, in max %v, max %v after the last fault each saw; bound %v)\n  %d refunds accepted (%d queued, final in max %v, max %v after the last fault each saw; bound %v), %d refused, %d unanswered; "+
 		"%d stray approvals voided, %d refunded; %d ledger transactions, %d of charges no client was told about; %d keys never answered; %d final answers without a charge id\n"+
 		"  load %v, %s\n  the transaction each charge stands on found by its gateway_reference %d times, by elimination %d; hedges (since each instance started): %s; charges with transactions at 2+ gateways: %d\n"+
+		"  captures of charges told succeeded timed %d, in max %v after their answers (bound %v after the later of the answer and the last fault each saw)\n"+
 		"  behaviours set: %s\n  %s",
 		s.charges, s.told, s.twins, s.byTold["succeeded"], s.byTold["requires_capture"], s.byTold["declined"], s.byTold["failed"], s.processing, s.processingFinal,
 		s.maxResolve.Round(100*time.Millisecond), s.maxResolveAfterFault.Round(100*time.Millisecond), chaosResolveWithin,
@@ -685,6 +690,7 @@ func (s chaosSummary) String(r *chaosRun) string {
 		s.refundsRefused, s.unknownR, s.strayVoided, s.strayRefunded,
 		s.ledgerTxs, s.orphans, s.unsettledKeys, s.noID,
 		s.loadTook.Round(100*time.Millisecond), settled, s.keptByReference, s.keptByElimination, s.hedges, s.multiGateway,
+		s.capturesTimed, s.maxCaptureAfterAnswer.Round(10*time.Millisecond), chaosCaptureWithin,
 		strings.Join(flips, ", "), strings.Join(counts, "\n  "))
 }
 
@@ -771,6 +777,7 @@ func (r *chaosRun) check(t *testing.T, money moneyByCharge, finals map[string]ch
 				ch.id, ch.order.key, ch.order.currency, ch.order.amount, owed, describeRefunds(refundsBy[ch.id], r.began), describeEntries(txs))
 		}
 		r.checkMoney(ch, status, final, txs, owed, maybe, refundsBy[ch.id], &sum)
+		r.checkCaptureTime(ch, txs, &sum)
 	}
 
 	known := map[string]bool{}

@@ -119,7 +119,8 @@ var chaosNames = [2]string{"payrouter-A", "payrouter-B"}
 // nothing is processing and the refund queue is empty. The ledgers must show:
 //   - a charge told succeeded captured exactly once, at its gateway, holding its amount less its
 //     accepted refunds; every other transaction of it voided (a card captured twice for one key
-//     is a failure, refunded or not);
+//     is a failure, refunded or not); captured within chaosCaptureWithin of its answer, or of
+//     the last fault it could see (a hedged charge is captured after its answer);
 //   - a charge told declined or failed, or stored so, holding nothing anywhere;
 //   - a charge told requires_capture holding exactly one authorization;
 //   - a charge told processing final within chaosResolveWithin of the last fault it saw,
@@ -181,6 +182,10 @@ func TestChaosMoney(t *testing.T) {
 	run := &chaosRun{fleet: fleet, book: newChaosBook(), seed: seed, began: time.Now(), tl: newChaosTimeline(), rds: rds, dbURL: dbURL, schedule: schedule}
 	run.book.began = run.began
 	run.remaining.Store(int64(charges))
+	captureCtx, stopCaptureWatch := context.WithCancel(t.Context())
+	var captureWatchDone func()
+	run.captures, captureWatchDone = watchCaptures(captureCtx, s)
+	defer func() { stopCaptureWatch(); captureWatchDone() }()
 	loadCtx, stopLoad := context.WithCancel(t.Context())
 	watchCtx, stopWatching := context.WithCancel(t.Context())
 	run.loadCtx, run.watchCtx = loadCtx, watchCtx
@@ -239,6 +244,9 @@ func TestChaosMoney(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading the ledgers: %v", err)
 	}
+	stopCaptureWatch()
+	captureWatchDone()
+	run.captures.read(s) // the captures made since its last read
 	sum := run.check(t, money, finals, refundsFinal)
 	sum.loadTook, sum.settled, sum.settledOK = loadTook, settled, ok
 	sum.hedges = run.hedges()
@@ -313,6 +321,8 @@ type chaosRun struct {
 	dbURL string
 	// schedule is the faults of each round: chaosFaults, and chaosLongFaults in a long run.
 	schedule []chaosFault
+	// captures is when each transaction was first seen captured (chaos_capture_test.go).
+	captures *captureWatch
 
 	remaining atomic.Int64 // new charges still to send
 	keys      atomic.Int64

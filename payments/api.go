@@ -26,11 +26,21 @@ func (s *Service) CreateCharge(ctx context.Context, r Request, c *payrouter.Char
 		}
 		return render(Result{Err: u})
 	}
-	return s.idempotent(ctx, r, render, func(hold payrouter.Hold) (Result, *payrouter.Charge) {
+	var final *payrouter.Charge
+	a, err := s.idempotent(ctx, r, render, func(hold payrouter.Hold) (Result, *payrouter.Charge) {
 		c.Hold = hold
 		ch, err := s.Charge(ctx, c)
-		return Result{Charge: ch, Err: err}, routing.FinalState(ch, err)
+		final = routing.FinalState(ch, err)
+		return Result{Charge: ch, Err: err}, final
 	}, now)
+	// A hedged charge answered succeeded with its capture queued is captured now, off the
+	// customer's time (capture.go); the queue's worker does it should this fail.
+	if final != nil && final.CaptureQueued {
+		s.captureAfterAnswer(final)
+	} else {
+		s.forgetCapture(c.ID)
+	}
+	return a, err
 }
 
 // CaptureCharge captures the authorization id (Capture) at most once per key; a replay shows

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,11 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	obs     Observer
+	// captures holds the queued capture (payrouter.Task, its ID set) of each charge being
+	// answered succeeded with its capture queued, by charge id, from QueueCapture until the
+	// answer is stored (captureAfterAnswer); late counts the captures sent after their answers.
+	captures sync.Map
+	late     sync.WaitGroup
 }
 
 // Observer is told what a Service decided beyond single gateway calls (the resilience Observer

@@ -18,7 +18,8 @@ import (
 const RecheckFor = 5 * time.Minute
 
 // Handlers are the Service's handlers of the queue's tasks, by kind (fallback.Worker.Handlers):
-// a queued refund is sent, an attempt no charge keeps is released. nil means done: the task is
+// a queued refund is sent, an attempt no charge keeps is released, the queued capture of a
+// hedged charge answered succeeded is made (capture.go). nil means done: the task is
 // acknowledged. fallback.ErrLater, or any other error, leaves it in the queue to be handed out
 // again; the gateway reference each sends is the same every time, so no task is ever applied
 // twice at a gateway.
@@ -27,6 +28,7 @@ func (s *Service) Handlers() map[payrouter.TaskKind]fallback.Handler {
 		payrouter.TaskRefund:  s.workRefund,
 		payrouter.TaskVoid:    s.release,
 		payrouter.TaskRecheck: s.release,
+		payrouter.TaskCapture: s.workCapture,
 	}
 }
 
@@ -47,7 +49,7 @@ func (s *Service) reachable(ctx context.Context, t payrouter.Task, op payrouter.
 // attempt up, voids an authorization, refunds a capture (a late approval after a failover),
 // and is done once the gateway shows nothing held.
 func (s *Service) release(ctx context.Context, t payrouter.Task) error {
-	keeps, decided, err := s.chargeKeeps(ctx, t)
+	keeps, decided, voided, err := s.chargeKeeps(ctx, t)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: reading charge %s: %v", fallback.ErrLater, t.ChargeID, err)
@@ -57,6 +59,10 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 		return fmt.Errorf("%w: charge %s is still processing", fallback.ErrLater, t.ChargeID)
 	case keeps:
 		return nil // the charge's own attempt: never released
+	case voided:
+		// Voided already, by the void its late answer got at once (a hedge's loser): the
+		// gateway confirmed it holds nothing, and a look-up would be one more call for nothing.
+		return nil
 	}
 	tab, gw, err := s.reachable(ctx, t, payrouter.OpStatus)
 	if err != nil {
@@ -107,24 +113,28 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 // queued for a recheck that then won. Releasing it would refund the customer's own purchase.
 // decided is false while the charge is still processing: the attempt it names then is only where
 // a look-up would go (the last flight of a hedge, until the charge's answer is stored), and the
-// task waits for it to be decided.
-func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, decided bool, err error) {
+// task waits for it to be decided. voided is true when the charge shows the attempt voided
+// (payrouter.Attempt.Voided: its gateway confirmed the void).
+func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, decided, voided bool, err error) {
 	c, err := s.charges.Charge(ctx, t.ChargeID)
 	if errors.Is(err, payrouter.ErrNotFound) {
-		return false, true, nil // never stored: it kept nothing
+		return false, true, false, nil // never stored: it kept nothing
 	}
 	if err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
+	voided = slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
+		return a.Voided && a.Gateway == t.Gateway && a.Reference == t.Reference
+	})
 	switch {
 	case c.Status == payrouter.StatusProcessing:
-		return false, false, nil
+		return false, false, voided, nil
 	case c.Gateway != t.Gateway || c.Reference != t.Reference:
-		return false, true, nil
+		return false, true, voided, nil
 	case c.Status == payrouter.StatusDeclined, c.Status == payrouter.StatusFailed:
-		return false, true, nil
+		return false, true, voided, nil
 	}
-	return true, true, nil
+	return true, true, voided, nil
 }
 
 // markVoided marks the attempt with that reference as voided in its stored charge, so that GET

@@ -14,8 +14,8 @@ import (
 // Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
 // for a charge has not answered after a delay, the charge is also sent to the next gateway of
 // the route. Two gateways means two possible charges, so on a hedged route the first two
-// gateway calls authorize only; the first approval is kept (and captured when the charge asks
-// for capture) and every other approval is voided.
+// gateway calls authorize only; the first approval is kept (and captured after the charge's
+// answer when the charge asks for capture) and every other approval is voided.
 //
 // A Hedge is also the schema of routes[].hedge in a configuration file (docs/configuration.md).
 type Hedge struct {
@@ -23,11 +23,15 @@ type Hedge struct {
 	// must give one).
 	After HedgeAfter `yaml:"after"`
 	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges,
-	// in (0, 1]; 0: DefaultHedgeBudget, the same as a file that leaves the key out.
+	// in (0, 1]; 0: DefaultHedgeBudget, the same as a file that leaves the key out. Every
+	// extra call counts: the hedge itself and the void of the approval that lost (a hedge
+	// costs two). The charge's one capture is not extra: it is made whether or not the charge
+	// was hedged.
 	Budget float64 `yaml:"budget"`
 }
 
-// DefaultHedgeBudget is Hedge.Budget when none is given: one charge in ten may be hedged.
+// DefaultHedgeBudget is Hedge.Budget when none is given: extra calls worth a tenth of the
+// route's charges, so one charge in twenty may be hedged (and its loser voided).
 const DefaultHedgeBudget = 0.1
 
 // HedgeP95 is hedge.after's word for HedgeAfter.P95.
@@ -87,7 +91,8 @@ const (
 	minLatencySamples = 20
 )
 
-// hedgeBudget is a route's token bucket: each charge adds its Budget, a hedge spends one.
+// hedgeBudget is a route's token bucket: each charge adds its Budget, each extra gateway call
+// spends one: a hedge when it starts, the void of the approval that lost when it is sent.
 type hedgeBudget struct {
 	mu     sync.Mutex
 	share  float64
@@ -117,6 +122,15 @@ func (b *hedgeBudget) take() bool {
 	}
 	b.tokens--
 	return true
+}
+
+// spend pays for an extra call that is made whatever the bucket holds (the void of an approval
+// that lost: money must never stay held to save a call): the bucket may go into debt, down to
+// -hedgeBurst, and the route's next hedges wait until its charges have paid it back.
+func (b *hedgeBudget) spend() {
+	b.mu.Lock()
+	b.tokens = max(b.tokens-1, -hedgeBurst)
+	b.mu.Unlock()
 }
 
 // giveBack returns a hedge that made no gateway call (its guard refused it).
@@ -241,15 +255,18 @@ type hedgedRun struct {
 	closed bool
 	// deadline is the budget's end: flights outlive the charge's answer but not the budget.
 	deadline time.Time
+	// budget is the route's hedge budget: the void of an approval that lost is paid from it.
+	budget *hedgeBudget
 }
 
 // hedged runs a charge's first gateways on a hedged route (docs/architecture.md, Hedging safely).
 // The first gateway called authorizes only; if it has not answered after the hedge delay and the
 // route's budget allows, the next gateway whose guard admits it is called too, authorize-only.
 // The rules, all about money:
-//   - The first approval wins: it is captured (when the charge asks for capture) and only a
-//     confirmed capture answers succeeded; a failed capture leaves the charge processing for
-//     the reconciler. Every other approval is voided at once, or queued (TaskVoid) until it is.
+//   - The first approval wins. When the charge asks for capture, its capture is queued
+//     (TaskCapture) and the charge answered succeeded with CaptureQueued set, the capture made
+//     after the answer (completeWinner). Every other approval is voided at once, or queued
+//     (TaskVoid) until it is; that void is paid from the route's budget, as the hedge was.
 //   - An attempt still running when the winner is known does not hold the answer up: it ends
 //     in the background, bounded by its gateway's timeout and the budget, a TaskRecheck is
 //     queued at once so that a crash cannot leave its approval in place, and an approval it
@@ -268,7 +285,7 @@ type hedgedRun struct {
 // rest is what is left to try.
 func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
 	budget.charge()
-	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored}
+	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored, budget: budget}
 	defer h.close()
 	if deadline, ok := ctx.Deadline(); ok {
 		h.deadline = deadline
@@ -562,9 +579,14 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 	return true
 }
 
-// completeWinner captures the winning authorization when the charge asks for capture. Only a
-// confirmed capture makes the charge succeeded: anything else leaves it processing, and the
-// reconciler, finding it authorized with capture wanted, captures it.
+// completeWinner completes the winning authorization when the charge asks for capture. The
+// capture is queued (Keeper.QueueCapture) and the charge answered succeeded with CaptureQueued
+// set: the capture is made after the answer, off the customer's time (the owner of the
+// charge's life sends it as soon as the answer is stored, and the queue's worker if that
+// instance cannot), so a gateway's slow capture no longer adds its tail to the charge's. Should
+// the capture not be queued, it is made now, and only a confirmed capture makes the charge
+// succeeded: anything else leaves it processing, and the reconciler, finding it authorized with
+// capture wanted, captures it.
 func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 	c := h.c
 	if !c.Capture {
@@ -575,6 +597,13 @@ func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
 		c.Status = payrouter.StatusSucceeded // the gateway captured it already
 		return
 	}
+	err := h.keep.QueueCapture(ctx, c, win.f.name, win.f.ref, win.res.GatewayReference)
+	if err == nil {
+		c.Status, c.CaptureQueued = payrouter.StatusSucceeded, true
+		return
+	}
+	h.r.log.WarnContext(ctx, "charge.capture_not_queued", "charge_id", c.ID, "gateway", win.f.name, "err", err,
+		"then", "captured before the answer")
 	req := payrouter.TxRequest{
 		Reference: payrouter.OperationReference(win.f.ref, payrouter.OpCapture), ChargeReference: win.f.ref,
 		GatewayReference: win.res.GatewayReference, Amount: c.Amount, Currency: c.Currency,
@@ -606,21 +635,23 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 			h.keep.ReleaseLater(ctx, payrouter.TaskRecheck, bare, f.name, f.ref, "", left)
 		}
 	}
-	answers, router, tab, keep, n := h.answers, h.r, h.tab, h.keep, len(live)
+	answers, router, tab, keep, budget, n := h.answers, h.r, h.tab, h.keep, h.budget, len(live)
 	router.late.Go(func() {
 		for range n {
 			a := <-answers // every flight answers by its deadline
-			router.finishLate(tab, keep, bare, a)
+			router.finishLate(tab, keep, budget, bare, a)
 		}
 	})
 }
 
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
 // approval is voided at once, through the gateways of the charge's table (or queued until it
-// is), and the stored charge shows how it ended.
-func (r *Router) finishLate(tab *table, keep Keeper, c *payrouter.Charge, a flightAnswer) {
+// is), and the stored charge shows how it ended. The void is an extra call of the hedge: the
+// route's budget pays for it.
+func (r *Router) finishLate(tab *table, keep Keeper, budget *hedgeBudget, c *payrouter.Charge, a flightAnswer) {
 	voided := false
 	if a.res.Outcome == payrouter.OutcomeSucceeded {
+		budget.spend()
 		r.obs.HedgeDone("voided")
 		voided = r.voidStray(tab.gw, keep, c, a.f.name, a.f.ref, a.res.GatewayReference)
 	}

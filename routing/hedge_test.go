@@ -28,6 +28,7 @@ type ledgerGateway struct {
 	hold         chan struct{} // when set, authorizations are answered once it is closed
 	answer       payrouter.Outcome
 	captureFails bool
+	captureDelay time.Duration // before a capture is answered
 	voidFails    bool
 	statusFails  bool
 	ledger       map[string]payrouter.TxState // by the reference the charge was sent with
@@ -83,8 +84,18 @@ func (g *ledgerGateway) Authorize(ctx context.Context, req payrouter.ChargeReque
 	return payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: state, GatewayReference: "gw-" + req.Reference}
 }
 
-func (g *ledgerGateway) Capture(_ context.Context, req payrouter.TxRequest) payrouter.Result {
+func (g *ledgerGateway) Capture(ctx context.Context, req payrouter.TxRequest) payrouter.Result {
 	g.call("capture %s as %s", req.ChargeReference, req.Reference)
+	g.mu.Lock()
+	delay := g.captureDelay
+	g.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return payrouter.Result{Outcome: payrouter.OutcomeTimeout}
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.captureFails || g.ledger[req.ChargeReference] != payrouter.TxAuthorized {
@@ -223,17 +234,42 @@ func (f *hedgeFixture) tasks(t *testing.T) []string {
 	return out
 }
 
-// captured counts the captured transactions over every gateway: a charge's money is taken once.
+// captured counts the captured transactions over every gateway, and the authorizations whose
+// capture is queued (TaskCapture: payments sends it after the answer, tested there): a charge's
+// money is taken once.
 func (f *hedgeFixture) captured() int {
+	queued := map[string]bool{}
+	for _, task := range f.store.Tasks() {
+		if task.Kind == payrouter.TaskCapture {
+			queued[task.Gateway+" "+task.Reference] = true
+		}
+	}
 	n := 0
-	for _, g := range f.gw {
-		for _, st := range g.money() {
-			if st == payrouter.TxCaptured {
+	for name, g := range f.gw {
+		for ref, st := range g.money() {
+			if st == payrouter.TxCaptured || st == payrouter.TxAuthorized && queued[name+" "+ref] {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// wantCaptureQueued checks that c was answered succeeded with its capture queued at its
+// gateway, and that its authorization there is not captured yet (the capture comes after the
+// answer).
+func (f *hedgeFixture) wantCaptureQueued(t *testing.T, c *payrouter.Charge) {
+	t.Helper()
+	if c.Status != payrouter.StatusSucceeded || !c.CaptureQueued {
+		t.Errorf("status %s, capture queued %v; want succeeded with its capture queued", c.Status, c.CaptureQueued)
+	}
+	task := "capture " + c.Gateway + " " + c.Reference
+	if !slices.Contains(f.tasks(t), task) {
+		t.Errorf("tasks %v; want %q queued before the answer", f.tasks(t), task)
+	}
+	if m := f.gw[c.Gateway].money(); m[c.Reference] != payrouter.TxAuthorized {
+		t.Errorf("%s ledger %v; want %s authorized, its capture queued", c.Gateway, m, c.Reference)
+	}
 }
 
 func hedgeAttempts(c *payrouter.Charge) []string {
@@ -267,13 +303,10 @@ func TestHedgeNotNeededWhenTheFirstGatewayIsFast(t *testing.T) {
 			t.Fatalf("status %s at %q, err %v; want succeeded at paywell", c.Status, c.Gateway, err)
 		}
 		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded"})
-		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{
-			"authorize ch_test-a1 capture=false", "capture ch_test-a1 as ch_test-a1-capture"})
+		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{"authorize ch_test-a1 capture=false"})
 		want(t, "ding calls", f.gw["ding"].callsLike(""), nil)
 		want(t, "hedges", f.obs.got(), nil)
-		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxCaptured {
-			t.Errorf("paywell ledger %v, want the charge captured", m)
-		}
+		f.wantCaptureQueued(t, c)
 	})
 }
 
@@ -291,10 +324,11 @@ func TestHedgeWinsAndTheSlowApprovalIsVoided(t *testing.T) {
 			t.Errorf("the answer took %v; want the hedge delay and no more: paywell's slowness must not hold it", took)
 		}
 		want(t, "attempts", hedgeAttempts(c), []string{"paywell/unknown", "ding/succeeded hedge"})
-		want(t, "ding calls", f.gw["ding"].callsLike(""), []string{
-			"authorize ch_test-a2 capture=false", "capture ch_test-a2 as ch_test-a2-capture"})
-		// Queued before the answer: a crash now must not leave paywell's approval in place.
-		want(t, "tasks", f.tasks(t), []string{"recheck paywell ch_test-a1"})
+		want(t, "ding calls", f.gw["ding"].callsLike(""), []string{"authorize ch_test-a2 capture=false"})
+		// Queued before the answer: a crash now must not leave paywell's approval in place,
+		// nor ding's uncaptured.
+		want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1"})
+		f.wantCaptureQueued(t, c)
 
 		close(slow)          // paywell approves, late
 		f.router.late.Wait() // the late answer is handled in the background
@@ -303,8 +337,8 @@ func TestHedgeWinsAndTheSlowApprovalIsVoided(t *testing.T) {
 		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxVoided {
 			t.Errorf("paywell ledger %v, want the late approval voided", m)
 		}
-		if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxCaptured {
-			t.Errorf("ding ledger %v, want the charge captured", m)
+		if n := f.captured(); n != 1 {
+			t.Errorf("%d captures (made or queued) over the gateways, want exactly 1", n)
 		}
 		want(t, "hedges", f.obs.got(), []string{"won_hedge", "voided"})
 		stored, err := f.store.Charge(t.Context(), c.ID)
@@ -312,8 +346,8 @@ func TestHedgeWinsAndTheSlowApprovalIsVoided(t *testing.T) {
 			t.Fatal(err)
 		}
 		want(t, "stored attempts", hedgeAttempts(stored), []string{"paywell/succeeded voided", "ding/succeeded hedge"})
-		if stored.Status != payrouter.StatusSucceeded {
-			t.Errorf("stored status %s", stored.Status)
+		if stored.Status != payrouter.StatusSucceeded || !stored.CaptureQueued {
+			t.Errorf("stored status %s, capture queued %v", stored.Status, stored.CaptureQueued)
 		}
 	})
 }
@@ -334,9 +368,10 @@ func TestHedgeBothApproveOneIsCapturedTheOtherVoided(t *testing.T) {
 		if n := f.captured(); n != 1 {
 			t.Errorf("%d captures over the gateways, want exactly 1", n)
 		}
-		if pw, dg := f.gw["paywell"].money(), f.gw["ding"].money(); pw["ch_test-a1"] != payrouter.TxCaptured || dg["ch_test-a2"] != payrouter.TxVoided {
-			t.Errorf("ledgers paywell %v ding %v; want paywell's captured, ding's voided", pw, dg)
+		if dg := f.gw["ding"].money(); dg["ch_test-a2"] != payrouter.TxVoided {
+			t.Errorf("ding ledger %v; want ding's voided", dg)
 		}
+		f.wantCaptureQueued(t, c)
 		want(t, "hedges", f.obs.got(), []string{"won_primary", "voided"})
 	})
 }
@@ -353,7 +388,7 @@ func TestHedgeVoidThatFailsIsQueued(t *testing.T) {
 		}
 		close(slow)
 		f.router.late.Wait() // the late answer is handled in the background
-		want(t, "tasks", f.tasks(t), []string{"recheck paywell ch_test-a1", "void paywell ch_test-a1"})
+		want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1", "void paywell ch_test-a1"})
 		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxAuthorized {
 			t.Errorf("paywell ledger %v; want the approval still authorized (never captured), for the queue to void", m)
 		}
@@ -369,23 +404,28 @@ func TestHedgeBudgetBoundsTheExtraCalls(t *testing.T) {
 		f := newHedgeFixture(t, rt)
 		f.gw["paywell"].delay = 300 * time.Millisecond
 		var statuses []string
-		for i := range 4 {
+		for i := range 6 {
 			c, err := charge(t.Context(), f.router, f.keep, chargeNamed(fmt.Sprintf("ch_%d", i)))
 			if err != nil {
 				t.Fatal(err)
 			}
+			f.router.late.Wait() // the loser's void is sent (and paid for) before the next charge
 			statuses = append(statuses, c.Gateway+"/"+string(c.Status))
 		}
-		// Budget 0.5: the first charge has half a hedge, the second a whole one, and so on.
-		want(t, "charges", statuses, []string{"paywell/succeeded", "ding/succeeded", "paywell/succeeded", "ding/succeeded"})
+		// Budget 0.5: the first charge has half a call, the second a whole one, which pays for
+		// the hedge; the void of paywell's late approval is paid by the next two charges, and
+		// the hedge after it by the two after them: a hedge costs two calls.
+		want(t, "charges", statuses, []string{"paywell/succeeded", "ding/succeeded", "paywell/succeeded", "paywell/succeeded", "paywell/succeeded", "ding/succeeded"})
 		want(t, "ding authorizations", f.gw["ding"].callsLike("authorize"), []string{
-			"authorize ch_1-a2 capture=false", "authorize ch_3-a2 capture=false"})
+			"authorize ch_1-a2 capture=false", "authorize ch_5-a2 capture=false"})
+		want(t, "voids", slices.Concat(f.gw["paywell"].callsLike("void"), f.gw["ding"].callsLike("void")), []string{
+			"void ch_1-a1 as ch_1-a1-void", "void ch_5-a1 as ch_5-a1-void"})
 		// Charges that could not be hedged capture in one call, as on any route.
 		if got := f.gw["paywell"].callsLike("authorize ch_0"); !slices.Equal(got, []string{"authorize ch_0-a1 capture=true"}) {
 			t.Errorf("unhedged charge at paywell: %q", got)
 		}
-		if n := f.captured(); n != 4 {
-			t.Errorf("%d captures for 4 charges", n)
+		if n := f.captured(); n != 6 {
+			t.Errorf("%d captures (made or queued) for 6 charges", n)
 		}
 	})
 }
@@ -402,9 +442,7 @@ func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded", "ding/breaker_open hedge"})
 		want(t, "ding calls", f.gw["ding"].callsLike(""), nil)
 		want(t, "hedges", f.obs.got(), nil)
-		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxCaptured {
-			t.Errorf("paywell ledger %v", m)
-		}
+		f.wantCaptureQueued(t, c)
 		// The refused hedge cost nothing: the budget still holds the next charge's hedge.
 		if !f.router.table().hedgeBudgets["pair"].has() {
 			t.Error("a hedge refused by the breaker spent the budget")
@@ -453,9 +491,50 @@ func TestHedgeAtP95(t *testing.T) {
 	})
 }
 
+// TestHedgeCapturedChargeAnswersBeforeItsCapture: the point of queuing the capture. A winner
+// whose capture would take a second (a gateway's heavy tail hits captures too) is answered at
+// the hedge delay, not a second later.
+func TestHedgeCapturedChargeAnswersBeforeItsCapture(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newHedgeFixture(t)
+		slow := make(chan struct{})
+		f.gw["paywell"].hold = slow
+		f.gw["ding"].captureDelay = time.Second
+		start := time.Now()
+		c, err := charge(t.Context(), f.router, f.keep, newCharge())
+		if err != nil || c.Gateway != "ding" {
+			t.Fatalf("status %s at %q, err %v; want succeeded at ding", c.Status, c.Gateway, err)
+		}
+		if took := time.Since(start); took != 100*time.Millisecond {
+			t.Errorf("the answer took %v; want the hedge delay: the capture is made after it", took)
+		}
+		f.wantCaptureQueued(t, c)
+		want(t, "ding captures", f.gw["ding"].callsLike("capture"), nil)
+		close(slow)
+	})
+}
+
+// TestHedgeCaptureNotQueuedIsMadeBeforeTheAnswer: with no queue to keep it, the capture is made
+// before the answer, and only a confirmed one answers succeeded.
+func TestHedgeCaptureNotQueuedIsMadeBeforeTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newHedgeFixture(t)
+		f.keep.noCaptureQueue = true
+		f.gw["paywell"].delay = 300 * time.Millisecond
+		c, err := charge(t.Context(), f.router, f.keep, newCharge())
+		if err != nil || c.Status != payrouter.StatusSucceeded || c.CaptureQueued || c.Gateway != "ding" {
+			t.Fatalf("status %s at %q (capture queued %v), err %v; want succeeded at ding, captured", c.Status, c.Gateway, c.CaptureQueued, err)
+		}
+		if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxCaptured {
+			t.Errorf("ding ledger %v, want the charge captured before its answer", m)
+		}
+	})
+}
+
 func TestHedgeCaptureFailureLeavesTheChargeProcessing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
+		f.keep.noCaptureQueue = true
 		slow := make(chan struct{})
 		f.gw["paywell"].hold = slow
 		f.gw["ding"].captureFails = true
@@ -552,7 +631,7 @@ func TestHedgeUnknownAttemptNeverMovesToAThirdGateway(t *testing.T) {
 				t.Fatalf("status %s at %q, err %v; want ding's approval", c.Status, c.Gateway, err)
 			}
 			want(t, "attempts", hedgeAttempts(c), []string{"paywell/timeout", "ding/succeeded hedge"})
-			want(t, "tasks", f.tasks(t), []string{"recheck paywell ch_test-a1"})
+			want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1"})
 			want(t, "tranglo calls", f.gw["tranglo"].callsLike(""), nil)
 		})
 	})

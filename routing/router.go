@@ -43,6 +43,10 @@ type Keeper interface {
 	// NoteLateAnswer writes into the stored charge how an attempt that answered after the
 	// charge was decided ended.
 	NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error
+	// QueueCapture queues the capture of c's authorization (gateway, ref, gwRef), the one c
+	// keeps (payrouter.TaskCapture), durably, before c is answered succeeded with its capture
+	// queued. An error queued nothing: the capture is then made before the answer.
+	QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error
 }
 
 // Observer is told what the router decided beyond single gateway calls (the resilience Observer

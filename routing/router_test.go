@@ -338,6 +338,8 @@ func charge(ctx context.Context, r *Router, keep *storeKeeper, c *payrouter.Char
 type storeKeeper struct {
 	charges payrouter.ChargeStore
 	queue   payrouter.Queue
+	// noCaptureQueue makes QueueCapture fail, as a queue that does not answer does.
+	noCaptureQueue bool
 }
 
 func (k *storeKeeper) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
@@ -351,6 +353,16 @@ func (k *storeKeeper) ReleaseLater(ctx context.Context, kind payrouter.TaskKind,
 	now := time.Now().UTC()
 	_, _ = k.queue.Enqueue(context.WithoutCancel(ctx), payrouter.Task{Kind: kind, Gateway: gateway, ChargeID: c.ID, Reference: ref,
 		GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now})
+}
+
+func (k *storeKeeper) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error {
+	if k.queue == nil || k.noCaptureQueue {
+		return errors.New("no queue")
+	}
+	now := time.Now().UTC()
+	_, err := k.queue.Enqueue(context.WithoutCancel(ctx), payrouter.Task{Kind: payrouter.TaskCapture, Gateway: gateway, ChargeID: c.ID,
+		Reference: ref, GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency, NotBefore: now, CreatedAt: now})
+	return err
 }
 
 func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {

@@ -281,13 +281,17 @@ func (s *Service) Start() {
 
 // Close stops the service, in this order: it waits for the attempts charges left running when
 // they answered (a hedge's late approval is voided, or its void queued, through stores that are
-// still open), stops the background work and waits for it, then closes the gateways'
+// still open) and for the captures hedged charges send after their answers, stops the background work and waits for it, then closes the gateways'
 // connections and the stores, the last opened first. Call it once the listeners are drained
 // (Serve returns then); it is safe to call more than once.
 func (s *Service) Close() {
 	s.closeOnce.Do(func() {
 		if s.router != nil {
 			s.router.Wait()
+		}
+		if s.payments != nil {
+			// The captures of hedged charges sent after their answers (else the worker sends them).
+			s.payments.Wait()
 		}
 		if s.stopBackground != nil {
 			s.stopBackground()
