@@ -40,6 +40,21 @@ func parseJSON(body []byte) (jsonValue, error) {
 	if loneSurrogate(body) {
 		return nil, errors.New("the body escapes half of a UTF-16 surrogate pair (\\uD800-\\uDFFF alone), which is no character")
 	}
+	if json.Valid(body) {
+		// One well-formed value and nothing after it, checked without allocating: walked
+		// directly. Only its depth and duplicate keys are left to refuse.
+		w := validWalker{body: body}
+		return w.value(0)
+	}
+	// Not one well-formed value: the token-by-token walk finds what is wrong, and says it in
+	// the same words as for a body it would have walked whole (a key given twice before the
+	// syntax error is still named).
+	return parseTokens(body)
+}
+
+// parseTokens is parseJSON by encoding/json's tokens: any body, valid or not. Its errors are
+// parseJSON's.
+func parseTokens(body []byte) (jsonValue, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	v, err := parseValue(dec, 0)
@@ -50,6 +65,133 @@ func parseJSON(body []byte) (jsonValue, error) {
 		return nil, errors.New("the body has data after its JSON object")
 	}
 	return v, nil
+}
+
+// validWalker reads a body that json.Valid accepted into the jsonValues parseValue makes, with
+// the same refusals (depth, duplicate keys) in the same order. Decoding by tokens costs a
+// dozen allocations per scalar (encoding/json's Decoder finds the end of each one by making a
+// syntax error); a charge's body has a dozen scalars, and this walk makes none but the values.
+type validWalker struct {
+	body []byte
+	pos  int
+}
+
+func (w *validWalker) skipSpace() {
+	for w.pos < len(w.body) {
+		switch w.body[w.pos] {
+		case ' ', '\t', '\n', '\r':
+			w.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value reads the value at w.pos; depth as parseValue counts it.
+func (w *validWalker) value(depth int) (jsonValue, error) {
+	if depth > maxDepth {
+		return nil, errors.New("the body nests too deeply")
+	}
+	w.skipSpace()
+	switch c := w.body[w.pos]; c {
+	case '{':
+		w.pos++
+		obj := &jsonObject{values: map[string]jsonValue{}}
+		w.skipSpace()
+		if w.body[w.pos] == '}' {
+			w.pos++
+			return obj, nil
+		}
+		for {
+			w.skipSpace()
+			key, err := w.str()
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := obj.values[key]; dup {
+				return nil, &duplicateKeyError{key: key}
+			}
+			w.skipSpace()
+			w.pos++ // ':'
+			v, err := w.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			obj.keys = append(obj.keys, key)
+			obj.values[key] = v
+			w.skipSpace()
+			end := w.body[w.pos] == '}'
+			w.pos++ // ',' or '}'
+			if end {
+				return obj, nil
+			}
+		}
+	case '[':
+		w.pos++
+		var list []jsonValue // nil when empty, as parseValue makes it
+		w.skipSpace()
+		if w.body[w.pos] == ']' {
+			w.pos++
+			return list, nil
+		}
+		for {
+			v, err := w.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+			w.skipSpace()
+			end := w.body[w.pos] == ']'
+			w.pos++ // ',' or ']'
+			if end {
+				return list, nil
+			}
+		}
+	case '"':
+		return w.str()
+	case 't':
+		w.pos += len("true")
+		return true, nil
+	case 'f':
+		w.pos += len("false")
+		return false, nil
+	case 'n':
+		w.pos += len("null")
+		return nil, nil
+	default: // a number: its text, as UseNumber keeps it
+		start := w.pos
+		for w.pos < len(w.body) && strings.IndexByte("+-.0123456789eE", w.body[w.pos]) >= 0 {
+			w.pos++
+		}
+		return json.Number(w.body[start:w.pos]), nil
+	}
+}
+
+// str reads the string at w.pos. One without escapes is its bytes (valid UTF-8, checked before);
+// one with escapes is unquoted by encoding/json, as the token walk would.
+func (w *validWalker) str() (string, error) {
+	start := w.pos
+	w.pos++ // the opening quote
+	escaped := false
+	for {
+		switch w.body[w.pos] {
+		case '\\':
+			escaped = true
+			w.pos += 2 // the escape and the character it escapes (a \u's digits follow as plain bytes)
+			continue
+		case '"':
+			w.pos++
+			if !escaped {
+				return string(w.body[start+1 : w.pos-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(w.body[start:w.pos], &s); err != nil {
+				return "", errDecode // not reached: the body is valid
+			}
+			return s, nil
+		}
+		w.pos++
+	}
 }
 
 // maxDepth bounds nesting: no valid request nests deeper than three levels.
