@@ -96,12 +96,14 @@ func (w *validWalker) value(depth int) (jsonValue, error) {
 	switch c := w.body[w.pos]; c {
 	case '{':
 		w.pos++
-		obj := &jsonObject{values: map[string]jsonValue{}}
+		// Room for a charge's members at once: its keys are not copied again and again.
+		obj := &jsonObject{values: make(map[string]jsonValue, 8)}
 		w.skipSpace()
 		if w.body[w.pos] == '}' {
 			w.pos++
 			return obj, nil
 		}
+		obj.keys = make([]string, 0, 8)
 		for {
 			w.skipSpace()
 			key, err := w.str()
