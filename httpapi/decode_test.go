@@ -210,6 +210,18 @@ func FuzzParseJSON(f *testing.F) {
 	})
 }
 
+// FuzzValidToken holds validToken to tokenPattern, the rule it checks without a regexp.
+func FuzzValidToken(f *testing.F) {
+	for _, seed := range []string{"tok_visa", "", "pm_1N.x:y-z", "tok visa", "tok\n", "tok_visa\n", "é", strings.Repeat("a", 255), strings.Repeat("a", 256), "a/b"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validToken(s), tokenPattern.MatchString(s); got != want {
+			t.Fatalf("validToken(%q) = %v; tokenPattern says %v", s, got, want)
+		}
+	})
+}
+
 // TestTextThatIsNoCharacterRefused: bytes that are not UTF-8, and an escaped half of a surrogate
 // pair, were stored as U+FFFD with a 201: the charge kept other text than was sent. They are a
 // 400 on the body now; a pair written as two escapes, and text that only looks like an escape,
