@@ -38,7 +38,8 @@ function setup(thread)
   table.insert(threads, thread)
   thread:set("tid", #threads)
 end
-local prefix, n, bad
+local prefix, n
+-- bad is a global, not a local: done reads it from each thread with thread:get.
 function init(args)
   prefix = args[1] .. "-" .. tid .. "-"
   n, bad = 0, 0
