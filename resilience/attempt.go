@@ -38,7 +38,13 @@ type attempt struct {
 // and as a hedge or not, for the span Guard.Do starts: payrouter.attempt and payrouter.hedge.
 // Routing calls it where it launches charge attempts; calls without it (capture, void, refund,
 // status look-ups) have spans without payrouter.attempt.
+//
+// Only that span reads the mark, so where Guard.Do will make none (spanWanted) ctx is returned
+// as it is: the three refused attempts of a fast-failed charge cost no context each.
 func WithAttempt(ctx context.Context, number int, hedge bool) context.Context {
+	if !spanWanted(ctx) {
+		return ctx
+	}
 	return context.WithValue(ctx, attemptKey{}, attempt{number: number, hedge: hedge})
 }
 
@@ -67,14 +73,19 @@ var spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)
 // telemetry.SetupTracing): the global default's spans record nothing and carry no ids of their
 // own, so the call's context would hold the same trace context either way.
 func (g *Guard) startSpan(ctx context.Context) (context.Context, trace.Span) {
+	if !spanWanted(ctx) {
+		return ctx, unrecorded
+	}
+	return otel.Tracer(TracerName).Start(ctx, g.spanName, spanStart...)
+}
+
+// spanWanted reports whether an attempt under ctx gets a span of its own (startSpan): not under
+// a request whose trace is not sampled, nor while no TracerProvider is set.
+func spanWanted(ctx context.Context) bool {
 	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsSampled() {
-		return ctx, unrecorded
+		return false
 	}
-	tp := otel.GetTracerProvider()
-	if tp == defaultTracerProvider {
-		return ctx, unrecorded
-	}
-	return tp.Tracer(TracerName).Start(ctx, g.spanName, spanStart...)
+	return otel.GetTracerProvider() != defaultTracerProvider
 }
 
 // defaultTracerProvider is the global TracerProvider until one is set: OpenTelemetry's
