@@ -121,8 +121,13 @@ func idempotencyKey(c *echo.Context) (string, *problem) {
 // so that the same request sent with other white space or member order still replays.
 func fingerprint(op string, v any) string {
 	b, _ := json.Marshal(v)
-	sum := sha256.Sum256(append([]byte(op+"\n"), b...))
-	return hex.EncodeToString(sum[:])
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{'\n'})
+	h.Write(b)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h.Sum(make([]byte, 0, sha256.Size)))
+	return string(out[:])
 }
 
 // send writes what a payments operation answered, or the problem of what kept it from
