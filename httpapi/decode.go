@@ -43,7 +43,7 @@ func parseJSON(body []byte) (jsonValue, error) {
 	if json.Valid(body) {
 		// One well-formed value and nothing after it, checked without allocating: walked
 		// directly. Only its depth and duplicate keys are left to refuse.
-		w := validWalker{body: body}
+		w := validWalker{body: body, text: string(body)}
 		return w.value(0)
 	}
 	// Not one well-formed value: the token-by-token walk finds what is wrong, and says it in
@@ -71,8 +71,14 @@ func parseTokens(body []byte) (jsonValue, error) {
 // the same refusals (depth, duplicate keys) in the same order. Decoding by tokens costs a
 // dozen allocations per scalar (encoding/json's Decoder finds the end of each one by making a
 // syntax error); a charge's body has a dozen scalars, and this walk makes none but the values.
+//
+// Keys and numbers are cut from text, one copy of the body, rather than copied one by one: they
+// are read while the request is served and never kept (but metadata keys, which decodeCharge
+// copies out). String values are copies of their own, since a charge keeps them: a cut would
+// keep the whole body alive with it.
 type validWalker struct {
 	body []byte
+	text string // body as a string
 	pos  int
 }
 
@@ -106,7 +112,7 @@ func (w *validWalker) value(depth int) (jsonValue, error) {
 		obj.keys = make([]string, 0, 8)
 		for {
 			w.skipSpace()
-			key, err := w.str()
+			key, err := w.str(true)
 			if err != nil {
 				return nil, err
 			}
@@ -150,7 +156,7 @@ func (w *validWalker) value(depth int) (jsonValue, error) {
 			}
 		}
 	case '"':
-		return w.str()
+		return w.str(false)
 	case 't':
 		w.pos += len("true")
 		return true, nil
@@ -165,13 +171,14 @@ func (w *validWalker) value(depth int) (jsonValue, error) {
 		for w.pos < len(w.body) && strings.IndexByte("+-.0123456789eE", w.body[w.pos]) >= 0 {
 			w.pos++
 		}
-		return json.Number(w.body[start:w.pos]), nil
+		return json.Number(w.text[start:w.pos]), nil
 	}
 }
 
-// str reads the string at w.pos. One without escapes is its bytes (valid UTF-8, checked before);
-// one with escapes is unquoted by encoding/json, as the token walk would.
-func (w *validWalker) str() (string, error) {
+// str reads the string at w.pos. One without escapes is its bytes (valid UTF-8, checked before):
+// cut from text for a key, copied for a value; one with escapes is unquoted by encoding/json, as
+// the token walk would.
+func (w *validWalker) str(key bool) (string, error) {
 	start := w.pos
 	w.pos++ // the opening quote
 	escaped := false
@@ -184,6 +191,9 @@ func (w *validWalker) str() (string, error) {
 		case '"':
 			w.pos++
 			if !escaped {
+				if key {
+					return w.text[start+1 : w.pos-1], nil
+				}
 				return string(w.body[start+1 : w.pos-1]), nil
 			}
 			var s string
@@ -514,7 +524,7 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 				case hasControl(s):
 					f.fail("metadata."+safeName(k), controlRefusal)
 				default:
-					in.Metadata[k] = s
+					in.Metadata[strings.Clone(k)] = s // a key is cut from the body (validWalker): kept, it is copied
 				}
 			}
 			if size > maxMetadataBytes {

@@ -90,7 +90,7 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 		req := c.Request()
 		route := s.routeOf(c)
 		ctx := otel.GetTextMapPropagator().Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, route, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, route, serverSpan...)
 		defer span.End()
 		c.SetRequest(req.WithContext(ctx))
 
@@ -115,6 +115,9 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 		return err
 	}
 }
+
+// serverSpan is the option of every request span, made once rather than per request.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
 // chargeIDOf is the charge a request is about: the one POST /charge made or found for its
 // Idempotency-Key (createCharge), or the one the path names.
