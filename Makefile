@@ -109,9 +109,13 @@ chaos: ## the chaos money check, long: 5000 charges and refunds (some racing thr
 # resilience's TestBenchBreakerOnRedis runs BenchmarkDistributedGobreaker and BenchmarkGuardWithFleet
 # itself, alternately, and prints their ratio: -skip keeps -bench from running them a second time.
 .PHONY: bench
-bench: ## benchmarks (ratios, one run): fast-fail, healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline, refund and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, the guard, our Redis breaker vs gobreaker's distributed one
+# The fast-fail benchmark adds a row at 20 connections with wrk when it is installed (Debian:
+# apt-get install wrk) and says it skipped it otherwise. Each measurement with a goal prints a
+# "goal" line: the goal beside what was measured.
+bench: ## benchmarks (ratios, one run), each with its goal when it has one: fast-fail (and with wrk at 20 connections), healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline, refund and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, the guard, one charge in process (allocations), our Redis breaker vs gobreaker's distributed one
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -bench . -skip '^Benchmark(DistributedGobreaker|GuardWithFleet)$$' -benchmem -timeout 10m ./resilience/
+	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBenchChargeGoals$$' -v -bench '^BenchmarkCharge' -benchmem -timeout 5m ./httpapi/
 
 .PHONY: lint
 lint: ## gofmt and go vet (and staticcheck when installed)

@@ -25,6 +25,13 @@ const IdempotencyKeyPrefix = "sha256:"
 // to guess (an order number can be found by trying them). It is not meant to; it keeps caller
 // text out of the stores.
 func IdempotencyStoreKey(scope, key string) string {
-	sum := sha256.Sum256([]byte(scope + ":" + key))
-	return IdempotencyKeyPrefix + hex.EncodeToString(sum[:])
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{':'})
+	h.Write([]byte(key))
+	// Written into one buffer of the result's length: one allocation, the string's.
+	var out [len(IdempotencyKeyPrefix) + 2*sha256.Size]byte
+	copy(out[:], IdempotencyKeyPrefix)
+	hex.Encode(out[len(IdempotencyKeyPrefix):], h.Sum(make([]byte, 0, sha256.Size)))
+	return string(out[:])
 }

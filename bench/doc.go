@@ -8,7 +8,9 @@
 //
 //	TestBenchFastFail             (a) every breaker forced open: payrouter's 503
 //	                              gateways-unavailable against a bare echo server (bench/bare503)
-//	                              answering the same bytes
+//	                              answering the same bytes; with 1 and 16 workers of Load, and
+//	                              with wrk at 20 connections when wrk is installed (skipped,
+//	                              saying so, when not)
 //	TestBenchHealthyPath          (b) POST /charge through payrouter to the simulated Paywell
 //	                              against calling the simulator's POST /v1/charges directly
 //	TestBenchDatabaseHealthyPath  (c) the same charges through two payrouters side by side, one
@@ -33,6 +35,11 @@
 //	                              of a payrouter on state.database_url against one in memory
 //	                              (req/s ratio), and the database statements per fast-failed
 //	                              charge, by statement, counted as in (d) (issue 11's goal: none)
+//
+// (a) and (b) end with a "goal" line: the ratios their goals are stated in, beside the goals.
+// The in-process figures with goals are printed by resilience's TestBenchGuardGoals (Guard.Do
+// admitted and refused) and httpapi's TestBenchChargeGoals (one charge's allocations), which
+// `make bench` runs too.
 //
 // Each baseline and its subject run alternately (A B B A A B ...) after a warm-up of both, so that
 // drift on the machine hits both alike; the report shows each pair's ratio beside the pooled one,

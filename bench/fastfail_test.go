@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +49,7 @@ func TestBenchFastFail(t *testing.T) {
 
 	tab := newTable(t.Output(), fmt.Sprintf("(a) fast-fail: POST /charge answered 503 gateways-unavailable (%d breakers forced open, %d-byte body) vs bare503 answering the same bytes",
 		len(gatewayNames), len(body)), false)
+	var measured []string
 	for _, workers := range concurrencies {
 		base, subject := NewLoad(bare, workers), NewLoad(router, workers)
 		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
@@ -56,8 +58,28 @@ func TestBenchFastFail(t *testing.T) {
 		checkSamples(t, bare, append(c.Base, c.WarmBase)...)
 		checkSamples(t, router, append(c.Subject, c.WarmSubject)...)
 		tab.add(workers, "bare503", "payrouter", c)
+		b, s := Merge(c.Base...), Merge(c.Subject...)
+		measured = append(measured, fmt.Sprintf("%.2fx with %s (p99 %.2fx)", s.Rate()/b.Rate(), workersText(workers), ratio(s.Quantile(0.99), b.Quantile(0.99))))
 	}
 	tab.flush()
+
+	// The same at 20 connections with wrk, a load generator in C that leaves the servers more
+	// of the 2 CPUs than the Go one does: closer to a storefront's pool of connections.
+	bareWrk, ok := newWrk(t, bare)
+	if ok {
+		routerWrk, _ := newWrk(t, router)
+		c := alternateWrk(t.Context(), t, bareWrk, routerWrk)
+		b, s := pooled(c.base), pooled(c.subject)
+		if b.unexpected > 0 || s.unexpected > 0 {
+			t.Errorf("wrk: %d answers of bare503 and %d of payrouter were not 503 or failed", b.unexpected, s.unexpected)
+		}
+		printWrk(t, fmt.Sprintf("(a) fast-fail with wrk, %d connections on 2 threads: the same two servers", wrkConnections), "bare503", "payrouter", c)
+		measured = append(measured, fmt.Sprintf("%.2fx with wrk at %d connections (p99 %.2fx)", s.rate()/b.rate(), wrkConnections, ratio(s.p99, b.p99)))
+	} else {
+		fmt.Fprintf(t.Output(), "\n(a) fast-fail with wrk at %d connections: skipped, wrk is not installed (Debian: apt-get install wrk)\n", wrkConnections)
+	}
+	fmt.Fprintf(t.Output(), "goal (a): payrouter / bare503 req/s >= 0.70x at 1, 16 and %d connections, p99 <= 1.5x; measured %s\n",
+		wrkConnections, strings.Join(measured, ", "))
 
 	// The point of an open breaker: not one charge reached a gateway.
 	for _, name := range gatewayNames {

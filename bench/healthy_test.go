@@ -2,8 +2,10 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -44,6 +46,7 @@ func TestBenchHealthyPath(t *testing.T) {
 	sent := 2 // the two above
 
 	tab := newTable(t.Output(), "(b) healthy path: POST /charge through payrouter to the paywell simulator vs the simulator's POST /v1/charges directly", true)
+	var measured []string
 	for _, workers := range concurrencies {
 		base, subject := NewLoad(direct, workers), NewLoad(router, workers)
 		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
@@ -54,8 +57,13 @@ func TestBenchHealthyPath(t *testing.T) {
 		checkSamples(t, router, append(c.Subject, c.WarmSubject)...)
 		sent += Merge(all...).Requests
 		tab.add(workers, "paywell direct", "payrouter", c)
+		b, p := Merge(c.Base...), Merge(c.Subject...)
+		measured = append(measured, fmt.Sprintf("%.2fx and %s p50 with %s", p.Rate()/b.Rate(),
+			formatDifference(p.Quantile(0.5)-b.Quantile(0.5)), workersText(workers)))
 	}
 	tab.flush()
+	fmt.Fprintf(t.Output(), "goal (b): payrouter / paywell direct req/s >= 0.50x with 16 workers, p50 at most +150µs with 1; measured %s\n",
+		strings.Join(measured, ", "))
 
 	// Every charge through payrouter was one call to paywell, no retry, no status look-up, and
 	// nothing went to the other gateways: otherwise the comparison would not be like for like.

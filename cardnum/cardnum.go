@@ -125,9 +125,11 @@ type match struct {
 
 // find returns the first card number in s.
 func find(s string) (match, bool) {
-	if len(s) < MinDigits && isASCII(s) {
-		// Too short to hold 13 digits. Not so a shorter string of other characters: NFKC
-		// turns one character into several digits ("⑽" is "(10)").
+	if isASCII(s) && asciiDigits(s) < MinDigits {
+		// Fewer than 13 digits: no run can be a card number, and most text a request carries
+		// (tokens, currencies, descriptions) is screened without building its words. Not so a
+		// string of other characters: NFKC turns one character into several digits ("⑽" is
+		// "(10)").
 		return match{}, false
 	}
 	for _, run := range runs(s) {
@@ -136,6 +138,17 @@ func find(s string) (match, bool) {
 		}
 	}
 	return match{}, false
+}
+
+// asciiDigits counts the digits 0-9 of s, the only ones an ASCII string has (digitValue).
+func asciiDigits(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if '0' <= s[i] && s[i] <= '9' {
+			n++
+		}
+	}
+	return n
 }
 
 func isASCII(s string) bool {

@@ -216,6 +216,7 @@ func TestAddressHoldsItsShare(t *testing.T) {
 	if got := counter(t, pr, "payrouter_connections_refused_total", "listener", "storefront") - refusedBefore; got != maxConns-share {
 		t.Errorf("payrouter_connections_refused_total rose by %v; want %d", got, maxConns-share)
 	}
+	pr.proc.waitLogged(`"msg":"listener.connection_refused"`, 1)
 	lines := strings.Count(pr.proc.out.String(), `"msg":"listener.connection_refused"`)
 	if lines < 1 || lines > 2 {
 		t.Errorf("%d listener.connection_refused lines for %d refusals; want one (at most one every 10 s)", lines, maxConns-share)

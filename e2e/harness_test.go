@@ -686,6 +686,17 @@ func tlsTransport(cfg *tls.Config, idle int) *http.Transport {
 
 // --- waiting -----------------------------------------------------------------------------------
 
+// waitLogged waits up to 5 s for the process to have written n lines holding substr, and
+// returns either way: the check that follows says what was missing. payrouter writes its log
+// from a queue (telemetry.LogSink), so a line may reach its output a moment after the answer
+// of the request that logged it.
+func (p *process) waitLogged(substr string, n int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(p.out.String(), substr) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // eventually polls cond until it holds, failing the test after d with what cond last said.
 func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()

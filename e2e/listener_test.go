@@ -201,6 +201,7 @@ func TestCertificateRotatedUnderLoad(t *testing.T) {
 		t.Fatalf("%d of %d charges failed during the rotations; first: %q", total.Load()-ok.Load(), total.Load(), failures)
 	}
 	t.Logf("%d charges over HTTPS, none failed, across two rotations and one refused", total.Load())
+	pr.proc.waitLogged(`"certificates_reloaded":["listen"]`, 1)
 	if !strings.Contains(pr.proc.out.String(), `"certificates_reloaded":["listen"]`) {
 		t.Error("no config.reloaded line says the storefront's certificates were reloaded")
 	}
@@ -272,6 +273,7 @@ func TestSmuggledRequestRefused(t *testing.T) {
 	if got := s.paywell.stats(t).Requests; got != calls {
 		t.Errorf("the gateway received %d calls, want none", got-calls)
 	}
+	pr.proc.waitLogged(`"msg":"http.framing_refused"`, 1)
 	if !strings.Contains(pr.proc.out.String(), `"msg":"http.framing_refused"`) {
 		t.Error("no http.framing_refused log line")
 	}

@@ -256,6 +256,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if _, ok := m.value("circuit_breaker_state", "gateway", "tranglo"); !ok {
 		t.Error("circuit_breaker_state has no tranglo series after tranglo was added")
 	}
+	in.proc.waitLogged(`"msg":"config.reloaded"`, 2)
 	log := in.proc.out.String()
 	if n := strings.Count(log, `"msg":"config.reloaded"`); n != 2 {
 		t.Errorf("%d config.reloaded lines, want 2", n)

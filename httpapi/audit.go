@@ -119,12 +119,16 @@ func looksLikeID(s, prefix string) bool {
 // line whichever path wrote it (a fresh answer, a replay, an error).
 type problemCatcher struct {
 	http.ResponseWriter
-	head []byte
+	head    []byte    // the part of headBuf written so far
+	headBuf [512]byte // head's room, in the catcher itself: no allocation of its own
 }
 
 func (w *problemCatcher) Write(b []byte) (int, error) {
-	if len(w.head) < 512 && strings.HasPrefix(w.Header().Get(echo.HeaderContentType), "application/problem+json") {
-		w.head = append(w.head, b[:min(len(b), 512-len(w.head))]...)
+	if len(w.head) < len(w.headBuf) && strings.HasPrefix(w.Header().Get(echo.HeaderContentType), "application/problem+json") {
+		if w.head == nil {
+			w.head = w.headBuf[:0]
+		}
+		w.head = append(w.head, b[:min(len(b), len(w.headBuf)-len(w.head))]...)
 	}
 	return w.ResponseWriter.Write(b)
 }

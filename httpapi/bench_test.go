@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"fmt"
+	"os"
 	"strconv"
 	"testing"
 
@@ -32,5 +34,28 @@ func BenchmarkChargeFastFail(b *testing.B) {
 		if r := st.charge("bench-"+strconv.Itoa(i), body); r.status != 503 {
 			b.Fatalf("got %d %s", r.status, r.body)
 		}
+	}
+}
+
+// TestBenchChargeGoals runs the two charge benchmarks once each and prints their allocations
+// beside their goals (make bench): half of what one charge allocated before the fast path's
+// work. Printed, never asserted.
+func TestBenchChargeGoals(t *testing.T) {
+	if os.Getenv("PAYROUTER_BENCH") != "1" {
+		t.Skip("PAYROUTER_BENCH=1 not set: the measurements run with `make bench`")
+	}
+	for _, g := range []struct {
+		name         string
+		bench        func(*testing.B)
+		allocs       int64
+		wasAllocs    int64
+		wasUS, wasKB float64
+	}{
+		{"healthy (BenchmarkChargeHealthy)", BenchmarkChargeHealthy, 199, 398, 224, 36},
+		{"fast-fail (BenchmarkChargeFastFail)", BenchmarkChargeFastFail, 97, 194, 40, 18.7},
+	} {
+		r := testing.Benchmark(g.bench)
+		fmt.Fprintf(t.Output(), "goal: one charge in process, %s: <= %d allocs, half of %d (was %.0f µs, %.1f KB); measured %d allocs, %.1f KB, %.0f µs\n",
+			g.name, g.allocs, g.wasAllocs, g.wasUS, g.wasKB, r.AllocsPerOp(), float64(r.AllocedBytesPerOp())/1000, float64(r.T.Microseconds())/float64(r.N))
 	}
 }

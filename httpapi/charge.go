@@ -76,10 +76,19 @@ func viewOf(ch *payrouter.Charge) chargeView {
 	return v
 }
 
+// jsonMediaType reports whether a Content-Type names application/json. The plain value, which
+// nearly every request sends, is taken as it is; any other is parsed (parameters, case).
+func jsonMediaType(contentType string) bool {
+	if contentType == "application/json" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
 // readJSONBody checks the media type and size and returns the body, or the problem to answer.
 func readJSONBody(c *echo.Context) ([]byte, *problem) {
-	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
-	if err != nil || mt != "application/json" {
+	if !jsonMediaType(c.Request().Header.Get(echo.HeaderContentType)) {
 		p := newProblem(codeUnsupportedMedia, "send the body as Content-Type: application/json")
 		return nil, &p
 	}
@@ -121,8 +130,13 @@ func idempotencyKey(c *echo.Context) (string, *problem) {
 // so that the same request sent with other white space or member order still replays.
 func fingerprint(op string, v any) string {
 	b, _ := json.Marshal(v)
-	sum := sha256.Sum256(append([]byte(op+"\n"), b...))
-	return hex.EncodeToString(sum[:])
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{'\n'})
+	h.Write(b)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h.Sum(make([]byte, 0, sha256.Size)))
+	return string(out[:])
 }
 
 // send writes what a payments operation answered, or the problem of what kept it from

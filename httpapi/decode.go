@@ -40,6 +40,21 @@ func parseJSON(body []byte) (jsonValue, error) {
 	if loneSurrogate(body) {
 		return nil, errors.New("the body escapes half of a UTF-16 surrogate pair (\\uD800-\\uDFFF alone), which is no character")
 	}
+	if json.Valid(body) {
+		// One well-formed value and nothing after it, checked without allocating: walked
+		// directly. Only its depth and duplicate keys are left to refuse.
+		w := validWalker{body: body, text: string(body)}
+		return w.value(0)
+	}
+	// Not one well-formed value: the token-by-token walk finds what is wrong, and says it in
+	// the same words as for a body it would have walked whole (a key given twice before the
+	// syntax error is still named).
+	return parseTokens(body)
+}
+
+// parseTokens is parseJSON by encoding/json's tokens: any body, valid or not. Its errors are
+// parseJSON's.
+func parseTokens(body []byte) (jsonValue, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	v, err := parseValue(dec, 0)
@@ -50,6 +65,145 @@ func parseJSON(body []byte) (jsonValue, error) {
 		return nil, errors.New("the body has data after its JSON object")
 	}
 	return v, nil
+}
+
+// validWalker reads a body that json.Valid accepted into the jsonValues parseValue makes, with
+// the same refusals (depth, duplicate keys) in the same order. Decoding by tokens costs a
+// dozen allocations per scalar (encoding/json's Decoder finds the end of each one by making a
+// syntax error); a charge's body has a dozen scalars, and this walk makes none but the values.
+//
+// Keys and numbers are cut from text, one copy of the body, rather than copied one by one: they
+// are read while the request is served and never kept (but metadata keys, which decodeCharge
+// copies out). String values are copies of their own, since a charge keeps them: a cut would
+// keep the whole body alive with it.
+type validWalker struct {
+	body []byte
+	text string // body as a string
+	pos  int
+}
+
+func (w *validWalker) skipSpace() {
+	for w.pos < len(w.body) {
+		switch w.body[w.pos] {
+		case ' ', '\t', '\n', '\r':
+			w.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value reads the value at w.pos; depth as parseValue counts it.
+func (w *validWalker) value(depth int) (jsonValue, error) {
+	if depth > maxDepth {
+		return nil, errors.New("the body nests too deeply")
+	}
+	w.skipSpace()
+	switch c := w.body[w.pos]; c {
+	case '{':
+		w.pos++
+		// Room for a charge's members at once: its keys are not copied again and again.
+		obj := &jsonObject{values: make(map[string]jsonValue, 8)}
+		w.skipSpace()
+		if w.body[w.pos] == '}' {
+			w.pos++
+			return obj, nil
+		}
+		obj.keys = make([]string, 0, 8)
+		for {
+			w.skipSpace()
+			key, err := w.str(true)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := obj.values[key]; dup {
+				return nil, &duplicateKeyError{key: key}
+			}
+			w.skipSpace()
+			w.pos++ // ':'
+			v, err := w.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			obj.keys = append(obj.keys, key)
+			obj.values[key] = v
+			w.skipSpace()
+			end := w.body[w.pos] == '}'
+			w.pos++ // ',' or '}'
+			if end {
+				return obj, nil
+			}
+		}
+	case '[':
+		w.pos++
+		var list []jsonValue // nil when empty, as parseValue makes it
+		w.skipSpace()
+		if w.body[w.pos] == ']' {
+			w.pos++
+			return list, nil
+		}
+		for {
+			v, err := w.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+			w.skipSpace()
+			end := w.body[w.pos] == ']'
+			w.pos++ // ',' or ']'
+			if end {
+				return list, nil
+			}
+		}
+	case '"':
+		return w.str(false)
+	case 't':
+		w.pos += len("true")
+		return true, nil
+	case 'f':
+		w.pos += len("false")
+		return false, nil
+	case 'n':
+		w.pos += len("null")
+		return nil, nil
+	default: // a number: its text, as UseNumber keeps it
+		start := w.pos
+		for w.pos < len(w.body) && strings.IndexByte("+-.0123456789eE", w.body[w.pos]) >= 0 {
+			w.pos++
+		}
+		return json.Number(w.text[start:w.pos]), nil
+	}
+}
+
+// str reads the string at w.pos. One without escapes is its bytes (valid UTF-8, checked before):
+// cut from text for a key, copied for a value; one with escapes is unquoted by encoding/json, as
+// the token walk would.
+func (w *validWalker) str(key bool) (string, error) {
+	start := w.pos
+	w.pos++ // the opening quote
+	escaped := false
+	for {
+		switch w.body[w.pos] {
+		case '\\':
+			escaped = true
+			w.pos += 2 // the escape and the character it escapes (a \u's digits follow as plain bytes)
+			continue
+		case '"':
+			w.pos++
+			if !escaped {
+				if key {
+					return w.text[start+1 : w.pos-1], nil
+				}
+				return string(w.body[start+1 : w.pos-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(w.body[start:w.pos], &s); err != nil {
+				return "", errDecode // not reached: the body is valid
+			}
+			return s, nil
+		}
+		w.pos++
+	}
 }
 
 // maxDepth bounds nesting: no valid request nests deeper than three levels.
@@ -154,8 +308,25 @@ var (
 	countryPattern = regexp.MustCompile(`^[A-Z]{2}$`)
 	// tokenPattern is what a payment_method.token may be: what the gateways' tokens are made
 	// of (tok_visa, pm_1N..., 8c7e..., tranglo:abc.123), and nothing that could carry text.
+	// validToken checks it on every charge, without the regexp machinery; FuzzValidToken holds
+	// the two to the same answers.
 	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 )
+
+// validToken reports whether s matches tokenPattern.
+func validToken(s string) bool {
+	if len(s) < 1 || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_', c == '.', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // fields walks one JSON object against a fixed set of members, collecting field errors.
 type fields struct {
@@ -308,7 +479,7 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 			p.fail("type", `must be "card"`)
 		}
 		in.PaymentMethod.Token = p.str("token", true, maxShortString)
-		if in.PaymentMethod.Token != "" && !tokenPattern.MatchString(in.PaymentMethod.Token) {
+		if in.PaymentMethod.Token != "" && !validToken(in.PaymentMethod.Token) {
 			p.fail("token", "must be 1 to 255 of A-Z a-z 0-9 _ . : -")
 		}
 	}
@@ -353,7 +524,7 @@ func decodeCharge(body []byte) (chargeInput, []fieldError, error) {
 				case hasControl(s):
 					f.fail("metadata."+safeName(k), controlRefusal)
 				default:
-					in.Metadata[k] = s
+					in.Metadata[strings.Clone(k)] = s // a key is cut from the body (validWalker): kept, it is copied
 				}
 			}
 			if size > maxMetadataBytes {

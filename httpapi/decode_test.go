@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 const validCharge = `{"amount":1999,"currency":"USD","payment_method":{"type":"card","token":"tok_visa"}}`
@@ -173,6 +176,48 @@ func FuzzDecodeCharge(f *testing.F) {
 		}
 		if len(errs) == 0 {
 			t.Fatal("refused without a field error")
+		}
+	})
+}
+
+// FuzzParseJSON holds parseJSON's walk of a well-formed body to the token-by-token walk it
+// replaced (parseTokens): the same value, or the same refusal in the same words, for any body.
+func FuzzParseJSON(f *testing.F) {
+	for _, seed := range []string{
+		validCharge, `{}`, `[]`, `[[],{}]`, `{"a":[]}`, `null`, `true`, `false`, `-0.5e+3`, `"x"`, `  {"a" : 1 , "b":[ 1 ,2 ] }  `,
+		`{"amount":1,"amount":2}`, `{"a":{"b":1,"b":2}}`, `{"a":1,"a":2,`, `{"a":1} {}`, `{"a":1} x`, `{"a":1}]`, ` `, ``,
+		`{"\u0061":1,"a":2}`, `{"k":"\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00"}`, `[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]`,
+		`[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]`, `{"a":[{"b":{"c":[1e3,0,-1,1.25]}}]}`, "{\"a\":\"caf\xe9\"}", `{"a":1e400}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) || loneSurrogate(body) {
+			return // refused before either walk (TestTextThatIsNoCharacterRefused)
+		}
+		got, gotErr := parseJSON(body)
+		want, wantErr := parseTokens(body)
+		if (gotErr == nil) != (wantErr == nil) || gotErr != nil && gotErr.Error() != wantErr.Error() {
+			t.Fatalf("parseJSON(%q) error %v; the token walk's %v", body, gotErr, wantErr)
+		}
+		var gotDup, wantDup *duplicateKeyError
+		if errors.As(gotErr, &gotDup) != errors.As(wantErr, &wantDup) || gotDup != nil && gotDup.key != wantDup.key {
+			t.Fatalf("parseJSON(%q) error %#v; the token walk's %#v", body, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("parseJSON(%q) = %#v; the token walk made %#v", body, got, want)
+		}
+	})
+}
+
+// FuzzValidToken holds validToken to tokenPattern, the rule it checks without a regexp.
+func FuzzValidToken(f *testing.F) {
+	for _, seed := range []string{"tok_visa", "", "pm_1N.x:y-z", "tok visa", "tok\n", "tok_visa\n", "é", strings.Repeat("a", 255), strings.Repeat("a", 256), "a/b"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validToken(s), tokenPattern.MatchString(s); got != want {
+			t.Fatalf("validToken(%q) = %v; tokenPattern says %v", s, got, want)
 		}
 	})
 }

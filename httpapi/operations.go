@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -58,8 +57,7 @@ func readOptionalJSONBody(c *echo.Context) ([]byte, *problem) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, nil
 	}
-	mt, _, err := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
-	if err != nil || mt != "application/json" {
+	if !jsonMediaType(c.Request().Header.Get(echo.HeaderContentType)) {
 		p := newProblem(codeUnsupportedMedia, "send the body as Content-Type: application/json, or send none")
 		return nil, &p
 	}

@@ -55,8 +55,8 @@ type Deps struct {
 
 type server struct {
 	Deps
-	authLog *authFailureLog        // samples this listener's auth.failed lines
-	routes  func() map[string]bool // the routes the listener serves (routeOf)
+	authLog *authFailureLog            // samples this listener's auth.failed lines
+	routes  func() map[routeKey]string // the routes the listener serves, with their names (routeOf)
 }
 
 func newEcho(d Deps) (*echo.Echo, *server) {

@@ -34,22 +34,26 @@ const unmatchedRoute = "(unmatched)"
 // routeOf names a request by its method and route pattern ("POST /charge/:id"), never by its
 // path: ids would make every name new. A request no route of its listener answers is
 // unmatchedRoute. It names the request's span, its request-duration series and its log lines.
+// The names are made once (routeSet), not per request.
 func (s *server) routeOf(c *echo.Context) string {
-	route := c.Request().Method + " " + c.Path()
-	if c.Path() == "" || !s.routes()[route] {
-		return unmatchedRoute
+	if route, ok := s.routes()[routeKey{c.Request().Method, c.Path()}]; ok && c.Path() != "" {
+		return route
 	}
-	return route
+	return unmatchedRoute
 }
 
-// routeSet returns the set of "<METHOD> <pattern>" e serves, read the first time it is called:
-// by the first request, once every route is registered. A group's catch-all is not a route.
-func routeSet(e *echo.Echo) func() map[string]bool {
-	return sync.OnceValue(func() map[string]bool {
-		routes := map[string]bool{}
+// routeKey is a route's method and pattern.
+type routeKey struct{ method, path string }
+
+// routeSet returns the routes e serves, each with its name "<METHOD> <pattern>", read the first
+// time it is called: by the first request, once every route is registered. A group's catch-all
+// is not a route.
+func routeSet(e *echo.Echo) func() map[routeKey]string {
+	return sync.OnceValue(func() map[routeKey]string {
+		routes := map[routeKey]string{}
 		for _, r := range e.Router().Routes() {
 			if r.Method != echo.RouteNotFound {
-				routes[r.Method+" "+r.Path] = true
+				routes[routeKey{r.Method, r.Path}] = r.Method + " " + r.Path
 			}
 		}
 		return routes
@@ -86,7 +90,7 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 		req := c.Request()
 		route := s.routeOf(c)
 		ctx := otel.GetTextMapPropagator().Extract(req.Context(), propagation.HeaderCarrier(req.Header))
-		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, route, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := otel.Tracer(resilience.TracerName).Start(ctx, route, serverSpan...)
 		defer span.End()
 		c.SetRequest(req.WithContext(ctx))
 
@@ -111,6 +115,9 @@ func (s *server) trace(next echo.HandlerFunc) echo.HandlerFunc {
 		return err
 	}
 }
+
+// serverSpan is the option of every request span, made once rather than per request.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
 // chargeIDOf is the charge a request is about: the one POST /charge made or found for its
 // Idempotency-Key (createCharge), or the one the path names.

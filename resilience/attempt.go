@@ -38,7 +38,13 @@ type attempt struct {
 // and as a hedge or not, for the span Guard.Do starts: payrouter.attempt and payrouter.hedge.
 // Routing calls it where it launches charge attempts; calls without it (capture, void, refund,
 // status look-ups) have spans without payrouter.attempt.
+//
+// Only that span reads the mark, so where Guard.Do will make none (spanWanted) ctx is returned
+// as it is: the three refused attempts of a fast-failed charge cost no context each.
 func WithAttempt(ctx context.Context, number int, hedge bool) context.Context {
+	if !spanWanted(ctx) {
+		return ctx
+	}
 	return context.WithValue(ctx, attemptKey{}, attempt{number: number, hedge: hedge})
 }
 
@@ -62,15 +68,32 @@ var spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)
 // not sample) no span is made: the attempt would not be recorded either, and the gateway gets the
 // request's trace context, so logs and traces still join up. That keeps the fast 503 path of an
 // outage, three refused attempts per charge, from paying for three spans nobody keeps.
+//
+// Nor is one made while no TracerProvider was set (a test, a tool, or code running before
+// telemetry.SetupTracing): the global default's spans record nothing and carry no ids of their
+// own, so the call's context would hold the same trace context either way.
 func (g *Guard) startSpan(ctx context.Context) (context.Context, trace.Span) {
-	if parent := trace.SpanFromContext(ctx); parent.SpanContext().IsValid() && !parent.SpanContext().IsSampled() {
+	if !spanWanted(ctx) {
 		return ctx, unrecorded
 	}
 	return otel.Tracer(TracerName).Start(ctx, g.spanName, spanStart...)
 }
 
+// spanWanted reports whether an attempt under ctx gets a span of its own (startSpan): not under
+// a request whose trace is not sampled, nor while no TracerProvider is set.
+func spanWanted(ctx context.Context) bool {
+	if parent := trace.SpanContextFromContext(ctx); parent.IsValid() && !parent.IsSampled() {
+		return false
+	}
+	return otel.GetTracerProvider() != defaultTracerProvider
+}
+
+// defaultTracerProvider is the global TracerProvider until one is set: OpenTelemetry's
+// delegate, which records nothing until then.
+var defaultTracerProvider = otel.GetTracerProvider()
+
 // unrecorded stands for an attempt's span that was not made: ending it does nothing.
-var unrecorded = noop.Span{}
+var unrecorded trace.Span = noop.Span{} // an interface value made once: returning it boxes nothing
 
 // endSpan ends an attempt's span with its attributes and outcome, all set at once: one
 // allocation in the span rather than one per call. Failures and refusals (breaker_open,

@@ -2,6 +2,8 @@ package resilience
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -94,5 +96,29 @@ func benchTraced(b *testing.B, sampler sdktrace.Sampler) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Do(ctx, succeed)
+	}
+}
+
+// TestBenchGuardGoals runs the admitted and refused benchmarks once each and prints them beside
+// their goals (make bench). Printed, never asserted: the time is the machine's as much as ours.
+// It comes before the traced benchmarks in this file for the reason they give: it must run
+// while no TracerProvider is set, as the goals are of the guard's own cost.
+func TestBenchGuardGoals(t *testing.T) {
+	if os.Getenv("PAYROUTER_BENCH") != "1" {
+		t.Skip("PAYROUTER_BENCH=1 not set: the measurements run with `make bench`")
+	}
+	for _, g := range []struct {
+		name     string
+		bench    func(*testing.B)
+		ns       float64
+		allocs   int64
+		baseline string
+	}{
+		{"Guard.Do admitted (BenchmarkGuardDo)", BenchmarkGuardDo, 400, 2, "1235 ns, 8 allocs"},
+		{"Guard.Do refused, breaker open (BenchmarkGuardDoOpen)", BenchmarkGuardDoOpen, 100, 0, "353 ns, 3 allocs"},
+	} {
+		r := testing.Benchmark(g.bench)
+		fmt.Fprintf(t.Output(), "goal: %s <= %.0f ns, <= %d allocs (was %s); measured %.0f ns, %d allocs, %d B per call\n",
+			g.name, g.ns, g.allocs, g.baseline, float64(r.T.Nanoseconds())/float64(r.N), r.AllocsPerOp(), r.AllocedBytesPerOp())
 	}
 }

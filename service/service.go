@@ -51,6 +51,10 @@ type Options struct {
 	Path   string
 	Getenv func(string) string
 	Log    *slog.Logger // nil: discarded
+	// LogSink, when set, is the queue Log writes through (telemetry.NewSinkLogger): its dropped
+	// lines are exported as payrouter_log_lines_dropped_total. The caller closes it, after Close,
+	// so that the lines of the shutdown itself are written too.
+	LogSink *telemetry.LogSink
 	// Store, when set, is the money state in place of the one the configuration names: a store
 	// the caller built (and closes). Tests use it to wrap memstore.
 	Store payrouter.Store
@@ -135,6 +139,9 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if o.LogSink != nil {
+		s.metrics.WatchLogSink(o.LogSink)
 	}
 	s.origin = fmt.Sprintf("%s/%s/%d", host, s.role, os.Getpid())
 	s.live.Store(cfg)

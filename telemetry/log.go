@@ -20,9 +20,23 @@ import (
 // chosen to quieten the log must not silently end.
 func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
 	// The JSON handler itself filters nothing: levelHandler decides.
-	inner := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug - 100})
-	return slog.New(levelHandler{traceHandler{inner}, level})
+	inner := traceHandler{slog.NewJSONHandler(w, jsonOptions)}
+	return slog.New(levelHandler{Handler: inner, audit: inner, level: level})
 }
+
+// NewSinkLogger is NewLogger writing through s, serve's logger: no request waits for a write,
+// and audit lines go through s.Audit(), so that a full queue makes them wait for room rather than
+// drop them at once (LogSink).
+func NewSinkLogger(s *LogSink, level slog.Leveler) *slog.Logger {
+	return slog.New(levelHandler{
+		Handler: traceHandler{slog.NewJSONHandler(s, jsonOptions)},
+		audit:   traceHandler{slog.NewJSONHandler(s.Audit(), jsonOptions)},
+		level:   level,
+	})
+}
+
+// jsonOptions let every record through: levelHandler decides.
+var jsonOptions = &slog.HandlerOptions{Level: slog.LevelDebug - 100}
 
 // AuditMessage is the message of an audit line, which every level writes.
 const AuditMessage = "audit"
@@ -30,9 +44,11 @@ const AuditMessage = "audit"
 // auditLevel is the level audit lines are logged at.
 const auditLevel = slog.LevelInfo
 
-// levelHandler drops the records below its level, audit lines excepted.
+// levelHandler drops the records below its level, audit lines excepted, and hands audit lines
+// to audit (the same handler as the others', or one writing through LogSink.Audit).
 type levelHandler struct {
 	slog.Handler
+	audit slog.Handler
 	level slog.Leveler
 }
 
@@ -44,7 +60,10 @@ func (h levelHandler) Enabled(_ context.Context, l slog.Level) bool {
 
 // Handle implements slog.Handler.
 func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < h.level.Level() && r.Message != AuditMessage {
+	if r.Message == AuditMessage && r.Level == auditLevel {
+		return h.audit.Handle(ctx, r)
+	}
+	if r.Level < h.level.Level() {
 		return nil
 	}
 	return h.Handler.Handle(ctx, r)
@@ -52,12 +71,12 @@ func (h levelHandler) Handle(ctx context.Context, r slog.Record) error {
 
 // WithAttrs implements slog.Handler.
 func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return levelHandler{h.Handler.WithAttrs(attrs), h.level}
+	return levelHandler{h.Handler.WithAttrs(attrs), h.audit.WithAttrs(attrs), h.level}
 }
 
 // WithGroup implements slog.Handler.
 func (h levelHandler) WithGroup(name string) slog.Handler {
-	return levelHandler{h.Handler.WithGroup(name), h.level}
+	return levelHandler{h.Handler.WithGroup(name), h.audit.WithGroup(name), h.level}
 }
 
 // LogLevels are the names ParseLogLevel takes, lowest first.

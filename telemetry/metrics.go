@@ -48,6 +48,7 @@ type Metrics struct {
 	rateLimited        *prometheus.CounterVec // limits.go
 	coordinationErrors *prometheus.CounterVec // coordination.go
 	connections        *connections           // connections.go
+	logDrops           *logDrops              // logsink.go
 
 	// webhooks.go
 	webhookDispatched      *prometheus.CounterVec
@@ -164,7 +165,8 @@ func NewMetrics() *Metrics {
 	m.queueDepth.WithLabelValues(TaskQueue)
 	m.authFailures = newAuthFailures(reg)
 	m.coordinationErrors = newCoordinationErrors(reg)
-	reg.MustRegister(m.rateLimited, m.connections)
+	m.logDrops = newLogDrops()
+	reg.MustRegister(m.rateLimited, m.connections, m.logDrops)
 	reg.MustRegister(m.newWebhookMetrics()...)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 

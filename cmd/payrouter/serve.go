@@ -92,8 +92,10 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	if cfg.State.RedisURL == "" {
 		return usageError("probe: a prober beside the instances shares their breakers through state.redis_url; it is empty")
 	}
-	log := telemetry.NewLogger(stderr, level)
-	svc, err := service.New(ctx, cfg, service.Options{Role: service.Probe, Path: *path, Getenv: getenv, Log: log})
+	sink := telemetry.NewLogSink(stderr, telemetry.LogSinkOptions{})
+	defer sink.Close() // last: every line, the shutdown's included, is written before exit
+	log := telemetry.NewSinkLogger(sink, level)
+	svc, err := service.New(ctx, cfg, service.Options{Role: service.Probe, Path: *path, Getenv: getenv, Log: log, LogSink: sink})
 	if err != nil {
 		return exitCodeOf(err)
 	}
@@ -117,7 +119,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	if err != nil {
 		return err
 	}
-	log := telemetry.NewLogger(stderr, level)
+	// Lines go out from a queue, so that no request waits for stderr (telemetry.LogSink). Closed
+	// last: every line, the shutdown's and the tracing flush's included, is written before exit.
+	sink := telemetry.NewLogSink(stderr, telemetry.LogSinkOptions{})
+	defer sink.Close()
+	log := telemetry.NewSinkLogger(sink, level)
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -133,7 +139,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	for _, w := range cfg.Check().Warnings {
 		log.Warn("config.warning", "warning", w) // what `payrouter check` would have said
 	}
-	svc, err := service.New(ctx, cfg, service.Options{Role: service.Serve, Path: *path, Getenv: getenv, Log: log})
+	svc, err := service.New(ctx, cfg, service.Options{Role: service.Serve, Path: *path, Getenv: getenv, Log: log, LogSink: sink})
 	if err != nil {
 		return exitCodeOf(err)
 	}
