@@ -40,6 +40,8 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	obs     Observer
+	// hooks are the gateways' webhook keys, by gateway (SetWebhookKeys).
+	hooks atomic.Pointer[map[string]payrouter.WebhookKeys]
 }
 
 // Observer is told what a Service decided beyond single gateway calls (the resilience Observer
