@@ -46,6 +46,12 @@ func (s *Service) SetWebhookKeys(keys map[string]payrouter.WebhookKeys) {
 	s.hooks.Store(&k)
 }
 
+// HasWebhook reports whether gateway has a webhook configured.
+func (s *Service) HasWebhook(gateway string) bool {
+	_, _, ok := s.webhookOf(gateway)
+	return ok
+}
+
 // webhookOf returns the verifier and keys of gateway's webhook.
 func (s *Service) webhookOf(gateway string) (payrouter.WebhookVerifier, payrouter.WebhookKeys, bool) {
 	hooks := s.hooks.Load()

@@ -57,6 +57,7 @@ type Metrics struct {
 	webhookInFlight        *prometheus.GaugeVec
 	webhookDisabled        *prometheus.GaugeVec
 	webhookBacklog         *prometheus.GaugeVec
+	gatewayWebhooks        *prometheus.CounterVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -166,6 +167,8 @@ func NewMetrics() *Metrics {
 	m.coordinationErrors = newCoordinationErrors(reg)
 	reg.MustRegister(m.rateLimited, m.connections)
 	reg.MustRegister(m.newWebhookMetrics()...)
+	m.gatewayWebhooks = newGatewayWebhooks()
+	reg.MustRegister(m.gatewayWebhooks)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,
