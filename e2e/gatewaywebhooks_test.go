@@ -123,7 +123,9 @@ func TestGatewayWebhooksSettlePendingCharges(t *testing.T) {
 			"ding": {Timeout: 2 * time.Second, MaxConcurrent: 20, ConsecutiveFailures: 1000, Cooldown: 30 * time.Second},
 		},
 		Routes: []routeConfig{{Name: "usd", Currencies: []string{"USD"}, Gateways: []string{"ding"}}},
-	}, func(text string) string { return withDingWebhook(withWebhooks(hookEndpoint{shop, 3 * time.Second, 10})(text)) })
+	}, func(text string) string {
+		return withDingWebhook(withWebhooks(hookEndpoint{shop, 3 * time.Second, 10})(text))
+	})
 	s.ding.pending(t, pending)
 
 	// Ding calls back, signed with the new secret of the rotation.
