@@ -76,6 +76,14 @@ func (s *Server) SetCallback(cb Callback) {
 	s.cbStats.URL = cb.URL
 }
 
+// SetCallbackTransport makes rt carry the call backs (Config.CallbackTransport), for a test that
+// builds a fake with its package's New.
+func (s *Server) SetCallbackTransport(rt http.RoundTripper) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.client = &http.Client{Transport: rt, Timeout: callbackTimeout, CheckRedirect: s.client.CheckRedirect}
+}
+
 // CallbackStats returns where the fake calls back and how its deliveries went since the last
 // reset.
 func (s *Server) CallbackStats() CallbackStats {
@@ -141,7 +149,10 @@ func (s *Server) deliver(cb Callback, body []byte, sign Signer) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", s.name+"-sim-webhooks/1")
-	resp, err := s.client.Do(req)
+	s.mu.Lock()
+	client := s.client
+	s.mu.Unlock()
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
