@@ -42,6 +42,11 @@ func (s *server) gatewayWebhook(c *echo.Context) error {
 				"too many webhook calls from this address failed verification lately: refused until Retry-After")
 		}
 	}
+	if !s.Payments.HasWebhook(gateway) {
+		// Refused before the body is read: a name with no webhook has nothing to verify it.
+		s.refusedGatewayWebhook(c, telemetry.GatewayWebhookNoGateway, telemetry.GatewayWebhookNotConfigured)
+		return writeProblem(c, newProblem(payrouter.ENotFound, "no gateway with a webhook is configured by that name"))
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, MaxGatewayWebhookBody))
 	if err != nil {
 		s.refusedGatewayWebhook(c, gateway, telemetry.GatewayWebhookBadRequest)
@@ -90,7 +95,7 @@ func (s *server) countGatewayWebhook(gateway, result string) {
 	if s.Metrics == nil {
 		return
 	}
-	if result == telemetry.GatewayWebhookRateLimited || result == telemetry.GatewayWebhookBadRequest && !s.Payments.HasWebhook(gateway) {
+	if !s.Payments.HasWebhook(gateway) {
 		gateway = telemetry.GatewayWebhookNoGateway // the path's name is never a label value unless configured
 	}
 	s.Metrics.GatewayWebhook(gateway, result)
