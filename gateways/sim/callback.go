@@ -97,11 +97,13 @@ func (s *Server) CallbackStats() CallbackStats {
 func (s *Server) Notify(body []byte, sign Signer) {
 	s.mu.Lock()
 	cb, gen := s.callback, s.gen
-	s.mu.Unlock()
-	if cb.URL == "" {
+	if cb.URL == "" || !s.goLocked() {
+		s.mu.Unlock()
 		return
 	}
-	s.notifying.Go(func() {
+	s.mu.Unlock()
+	go func() {
+		defer s.notifying.Done()
 		for i := 0; ; i++ {
 			err := s.deliver(cb, body, sign)
 			s.mu.Lock()
@@ -131,7 +133,18 @@ func (s *Server) Notify(body []byte, sign Signer) {
 				return
 			}
 		}
-	})
+	}()
+}
+
+// goLocked counts one more goroutine Close waits for, unless the fake is closed (false); s.mu
+// is held, so that Close, which marks the fake closed under it before waiting, never waits while
+// one is added.
+func (s *Server) goLocked() bool {
+	if s.closed {
+		return false
+	}
+	s.notifying.Add(1)
+	return true
 }
 
 // deliver makes one attempt.
@@ -182,7 +195,14 @@ func (s *Server) Create(r *http.Request, n NewTx) (Tx, bool) {
 
 // settleAfter settles the pending transaction id after d, unless the fake closes first.
 func (s *Server) settleAfter(id string, d time.Duration) {
-	s.notifying.Go(func() {
+	s.mu.Lock()
+	ok := s.goLocked()
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	go func() {
+		defer s.notifying.Done()
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -194,7 +214,7 @@ func (s *Server) settleAfter(id string, d time.Duration) {
 		if settled && s.onSettle != nil {
 			s.onSettle(tx)
 		}
-	})
+	}()
 }
 
 func (s *Server) getCallback(w http.ResponseWriter, _ *http.Request) {

@@ -124,8 +124,10 @@ type Server struct {
 	doneCtx   context.Context
 	closeCtx  context.CancelFunc
 	closeOnce sync.Once
-	// notifying counts the deliveries and pending settlements under way, which Close waits for.
+	// notifying counts the deliveries and pending settlements under way, which Close waits for;
+	// closed (under mu) stops new ones from being counted once Close began.
 	notifying sync.WaitGroup
+	closed    bool
 }
 
 // New returns a fake with an empty ledger, in normal mode, serving the control API and
@@ -278,6 +280,9 @@ func (s *Server) Reset() {
 // waits for them. Call it before http.Server.Shutdown; it is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		close(s.done)
 		s.closeCtx()
 	})
