@@ -48,16 +48,22 @@ func (s *sim) pending(t *testing.T, d time.Duration) {
 // charge.succeeded.
 func settleTimes(t *testing.T, pr *instance, shop *receiver, n int) []time.Duration {
 	t.Helper()
+	return settleTimesIn(t, pr, shop, n, "USD")
+}
+
+// settleTimesIn is settleTimes for charges in currency (its route's gateway answering pending).
+func settleTimesIn(t *testing.T, pr *instance, shop *receiver, n int, currency string) []time.Duration {
+	t.Helper()
 	ids := make([]string, n)
 	answered := make([]time.Time, n)
 	for i := range n {
-		r, err := pr.charge(int64(2000+i), "USD", "tok_visa")
+		r, err := pr.charge(int64(2000+i), currency, "tok_visa")
 		if err != nil {
 			t.Fatalf("charge %d: %v", i, err)
 		}
 		a, err := decodeAnswer(r)
 		if err != nil || r.status != http.StatusAccepted || a.ChargeStatus != "processing" {
-			t.Fatalf("charge %d, Ding answering pending: want 202 processing: %s", i, r)
+			t.Fatalf("charge %d in %s, its gateway answering pending: want 202 processing: %s", i, currency, r)
 		}
 		ids[i], answered[i] = a.ID, r.start.Add(r.elapsed)
 	}
@@ -88,11 +94,16 @@ func median(ds []time.Duration) time.Duration {
 
 func hookCount(t *testing.T, pr *instance, result string) float64 {
 	t.Helper()
+	return hookCountOf(t, pr, "ding", result)
+}
+
+func hookCountOf(t *testing.T, pr *instance, gateway, result string) float64 {
+	t.Helper()
 	m, err := pr.metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _ := m.value("payrouter_gateway_webhooks_total", "gateway", "ding", "result", result)
+	v, _ := m.value("payrouter_gateway_webhooks_total", "gateway", gateway, "result", result)
 	return v
 }
 
@@ -169,4 +180,35 @@ func TestGatewayWebhooksSettlePendingCharges(t *testing.T) {
 		"with Ding's webhooks median %v (max %v); the reconciler alone (request_timeout 5s) median %v (max %v)",
 		pending, charges, median(withHooks).Round(time.Millisecond), withHooks[len(withHooks)-1].Round(time.Millisecond),
 		median(alone).Round(time.Millisecond), alone[len(alone)-1].Round(time.Millisecond))
+}
+
+// TestTrangloWebhookSettlesPendingCharges: Tranglo answers 968 (pending) and calls back in its
+// own form (X-Tranglo-Signature, HMAC-SHA512 over the body and a millisecond timestamp); each
+// charge is settled by its call back, none by the reconciler.
+func TestTrangloWebhookSettlesPendingCharges(t *testing.T) {
+	skipIfShort(t)
+	const secret = "tranglo_e2e_hook_secret_0123456789"
+	shop := newReceiver(t, "shop")
+	s := startSims(t)
+	pr := startPayrouterEdited(t, s, routerConfig{
+		RequestTimeout: 5 * time.Second,
+		Gateways: map[string]gatewayConfig{
+			"tranglo": {Timeout: 2 * time.Second, MaxConcurrent: 20, ConsecutiveFailures: 1000, Cooldown: 30 * time.Second},
+		},
+		Routes: []routeConfig{{Name: "myr", Currencies: []string{"MYR"}, Gateways: []string{"tranglo"}}},
+	}, func(text string) string {
+		text = withWebhooks(hookEndpoint{shop, 3 * time.Second, 10})(text)
+		cred := "    credentials: {api_key: \"tranglo_e2e_key\"}\n"
+		return strings.Replace(text, cred, cred+fmt.Sprintf("    webhook: {secrets: [%q]}\n", secret), 1)
+	})
+	s.tranglo.pending(t, time.Second)
+	s.tranglo.callback(t, pr.url+"/webhooks/tranglo", secret)
+	took := settleTimesIn(t, pr, shop, 3, "MYR")
+	if got := hookCountOf(t, pr, "tranglo", "settled"); got != 3 {
+		t.Errorf("payrouter_gateway_webhooks_total{gateway=tranglo,result=settled} = %v; want 3", got)
+	}
+	if got := reconciledCount(t, pr); got != 0 {
+		t.Errorf("the reconciler settled %v charges; want none", got)
+	}
+	t.Logf("Tranglo final 1s after its 968: the storefront's webhook %v after the 202 (median of 3)", median(took).Round(time.Millisecond))
 }
