@@ -174,6 +174,9 @@ type Gateway struct {
 	// localhost); without it such a gateway is refused, as card tokens and credentials would
 	// cross the network unencrypted. default false
 	Insecure bool `yaml:"insecure"`
+	// Webhook turns on POST /webhooks/<name>, where the gateway calls back when a transaction
+	// changes (docs/webhooks.md, Gateway webhooks in); nil: none, the route answers 404.
+	Webhook *GatewayWebhook `yaml:"webhook"`
 }
 
 // GatewayTLS is gateways.<name>.tls. The files are read and checked when the configuration is

@@ -467,7 +467,8 @@ func urlWithPassword(path, value string) bool {
 // secretPath reports whether values at path may be secrets.
 func secretPath(path string) bool {
 	return path == "auth" || strings.HasPrefix(path, "auth.") || strings.Contains(path, ".credentials") ||
-		strings.HasPrefix(path, "webhooks.") && strings.Contains(path, ".secrets")
+		strings.HasPrefix(path, "webhooks.") && strings.Contains(path, ".secrets") ||
+		strings.HasPrefix(path, "gateways.") && strings.Contains(path, ".webhook.secrets")
 }
 
 // join appends key to a dotted path. A key that is not a plain name is quoted, so every path

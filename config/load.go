@@ -179,6 +179,7 @@ func applyDefaults(c *Config, present map[string]bool) {
 		fillAbsent(&g.BulkheadSettings, resilience.DefaultBulkheadSettings(), p, given)
 		fillAbsent(&g.Breaker, resilience.DefaultBreakerSettings(), p+".breaker", breakerGiven(p+".breaker", present))
 		defString(&g.TLS.MinVersion, gatewayhttp.TLS12)
+		applyGatewayWebhookDefaults(g.Webhook, p, present)
 		c.Gateways[name] = g
 	}
 

@@ -98,7 +98,7 @@ func (c *Config) Summary() []GatewaySummary {
 	return out
 }
 
-// Secrets in Gateway (credentials), Auth (API keys, admin token) and State (a password in
+// Secrets in Gateway (credentials, webhook secrets), Auth (API keys, admin token) and State (a password in
 // redis_url) must never reach a log line, a debug page or an error message, whatever verb or
 // encoder prints them. Each of these types therefore formats, logs and marshals as a copy with
 // the secrets masked. The copies are of method-less types, so printing them cannot recurse.
@@ -121,6 +121,14 @@ func (g Gateway) redacted() gatewayView {
 		for k := range g.Credentials {
 			v.Credentials[k] = redactedValue
 		}
+	}
+	if g.Webhook != nil {
+		w := *g.Webhook
+		w.Secrets = make([]string, len(g.Webhook.Secrets))
+		for i := range w.Secrets {
+			w.Secrets[i] = redactedValue
+		}
+		v.Webhook = &w
 	}
 	return v
 }

@@ -205,6 +205,7 @@ func (v *validator) gateways(kinds []string) {
 			}
 		}
 		v.breaker(p+".breaker", g.Breaker)
+		v.gatewayWebhook(p, g.Webhook)
 	}
 }
 

@@ -58,6 +58,7 @@ type receiver struct {
 
 	mu         sync.Mutex
 	events     map[string]hookEvent // by webhook-id, the first delivery of each
+	arrived    map[string]time.Time // by webhook-id, when its first delivery arrived
 	order      []string
 	verified   int // deliveries verified, duplicates included
 	duplicates int
@@ -71,7 +72,7 @@ func newReceiver(t *testing.T, name string) *receiver {
 	t.Helper()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	r := &receiver{name: name, secret: "whsec_" + base64.StdEncoding.EncodeToString(key), events: map[string]hookEvent{},
+	r := &receiver{name: name, secret: "whsec_" + base64.StdEncoding.EncodeToString(key), events: map[string]hookEvent{}, arrived: map[string]time.Time{},
 		release: make(chan struct{}), slowFor: time.Second}
 	var err error
 	if r.wh, err = standardwebhooks.NewWebhook(r.secret); err != nil {
@@ -89,6 +90,7 @@ func newReceiver(t *testing.T, name string) *receiver {
 func (r *receiver) set(mode string) { r.mode.Store(mode) }
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	at := time.Now()
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
 		return
@@ -146,8 +148,22 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.events[id] = ev
+	r.arrived[id] = at
 	r.order = append(r.order, id)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// finalArrival returns when the first final event (finalEvents) of the charge id arrived, and
+// its type; ok is false while none has.
+func (r *receiver) finalArrival(chargeID string) (at time.Time, typ string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range r.order {
+		if ev := r.events[id]; ev.Data.Object.ID == chargeID && slices.Contains(finalEvents, ev.Type) {
+			return r.arrived[id], ev.Type, true
+		}
+	}
+	return time.Time{}, "", false
 }
 
 // snapshot returns the events received so far, in the order first received.

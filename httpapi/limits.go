@@ -22,11 +22,15 @@ const codeRateLimited = "rate-limited"
 type Limits struct {
 	keys *limits.KeyRates
 	auth *limits.AuthThrottle
+	// hooks throttles the gateway webhook calls that fail verification, per address, at the
+	// same rate as auth: a sender of forged calls is refused before its body is read.
+	hooks *limits.AuthThrottle
 }
 
 // NewLimits returns the limits of cfg for the API keys apiKeys.
 func NewLimits(cfg config.Limits, apiKeys []config.APIKey) *Limits {
-	l := &Limits{keys: limits.NewKeyRates(keyRate(cfg)), auth: limits.NewAuthThrottle(cfg.AuthFailuresPerMinute, 0)}
+	l := &Limits{keys: limits.NewKeyRates(keyRate(cfg)), auth: limits.NewAuthThrottle(cfg.AuthFailuresPerMinute, 0),
+		hooks: limits.NewAuthThrottle(cfg.AuthFailuresPerMinute, 0)}
 	l.Set(cfg, apiKeys)
 	return l
 }
@@ -40,6 +44,7 @@ func (l *Limits) Set(cfg config.Limits, apiKeys []config.APIKey) {
 	}
 	l.keys.Set(keyRate(cfg), scopes)
 	l.auth.SetPerMinute(cfg.AuthFailuresPerMinute)
+	l.hooks.SetPerMinute(cfg.AuthFailuresPerMinute)
 }
 
 func keyRate(cfg config.Limits) limits.Rate {

@@ -90,6 +90,7 @@ func TestOpenAPI(t *testing.T) {
 		}
 		st.expect(t, st.get(t, "/refund/re_nothing"), 503)
 		st.expect(t, st.get(t, "/events"), 503)
+		st.expect(t, st.hook(t, st.api, "ding", specHookEvent, specHookSecret), 503)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/charges?status=succeeded"), 500)
 		st.expect(t, st.adminGet(t, st.admin, "/admin/webhooks"), 500)
 		st.expect(t, st.adminPost(t, st.admin, "/admin/webhooks/whd_NOTHING/redeliver"), 500)
@@ -110,6 +111,17 @@ func TestOpenAPI(t *testing.T) {
 		}
 		st.expect(t, st.get(t, "/refund/re_nothing"), 500)
 		st.expect(t, st.get(t, "/events"), 500)
+		st.expect(t, st.hook(t, st.api, "ding", specHookEvent, specHookSecret), 500)
+	})
+
+	t.Run("gateway webhooks", func(t *testing.T) {
+		if a := st.expect(t, st.hook(t, st.api, "ding", specHookEvent, specHookSecret), 200); a.str("result") != "unchanged" {
+			t.Errorf("a verified event naming no charge: %s, want unchanged", a.str("result"))
+		}
+		st.expect(t, st.hook(t, st.api, "ding", specHookEvent, "not-the-secret"), 400)
+		st.expect(t, st.hook(t, st.api, "paywell", specHookEvent, specHookSecret), 404)
+		st.expect(t, st.hook(t, st.apiLimited, "ding", specHookEvent, "not-the-secret"), 400)
+		st.expect(t, st.hook(t, st.apiLimited, "ding", specHookEvent, "not-the-secret"), 429)
 	})
 
 	t.Run("charges, captures, voids and refunds", func(t *testing.T) {
@@ -754,6 +766,7 @@ gateways:
     max_concurrent: 8
     breaker: {consecutive_failures: 3, cooldown: 1m}
     tls: {ca_file: %q}
+    webhook: {secrets: [`+specHookSecret+`]}
 routes:
   - name: hedged
     match: {currency: [EUR]}
@@ -826,6 +839,7 @@ type specCall struct {
 	contentType        string // "" is application/json when there is a body
 	auth               string
 	key                string // Idempotency-Key, "" none
+	header             map[string]string
 }
 
 type specAnswer struct {
@@ -897,6 +911,9 @@ func (st *specStack) roundTrip(t *testing.T, srv *specServer, c specCall) (specA
 	}
 	if c.key != "" {
 		req.Header.Set("Idempotency-Key", c.key)
+	}
+	for k, v := range c.header {
+		req.Header.Set(k, v)
 	}
 	// Every other request names itself, to check it is echoed; the others get an id made up.
 	n := st.requests.Add(1)
@@ -1298,4 +1315,20 @@ func clip(b []byte) string {
 		return string(b[:400]) + "..."
 	}
 	return string(b)
+}
+
+// The spec stack's gateway webhook: ding's, with this secret.
+const (
+	specHookSecret = "ding_hook_spec_secret_0123456789"
+	specHookEvent  = `{"EventType":"TransferStateChanged","EventId":"DEV-1","TransferRecord":{"TransferId":{"TransferRef":"D-1","DistributorRef":"ch_nothing-a1"},"ProcessingState":"Completed","SettlementState":"Settled"}}`
+)
+
+// hook sends body to POST /webhooks/{gateway} of srv, signed as Ding signs with secret, no API key.
+func (st *specStack) hook(t *testing.T, srv *specServer, gateway, body, secret string) specAnswer {
+	t.Helper()
+	h := map[string]string{}
+	for k, v := range dingsim.Sign([]byte(body), secret, time.Now()) {
+		h[k] = v[0]
+	}
+	return st.send(t, srv, specCall{method: "POST", path: "/webhooks/" + gateway, body: body, auth: "none", header: h})
 }

@@ -18,6 +18,8 @@ func (s *server) storefrontRoutes(e *echo.Echo) {
 	e.POST("/charge/:id/refund", s.refundCharge, s.requireAPIKey(config.RightRefund), s.audit(auditRefund))
 	e.GET("/refund/:id", s.getRefund, s.requireAPIKey(config.RightRead))
 	e.GET("/events", s.listEvents, s.requireAPIKey(config.RightRead))
+	// No API key: the gateway's signature is the credential (gatewaywebhooks.go).
+	e.POST("/webhooks/:gateway", s.gatewayWebhook, s.audit(auditGatewayWebhook))
 }
 
 // adminRoutes lists every route of the admin listener.

@@ -30,6 +30,8 @@ type opGateway struct {
 	onCall           func(op payrouter.Operation)
 	// authorize answers charges (unset: refused as not under test).
 	authorize payrouter.Result
+	// onAuthorize, when set, is called as a charge reaches the gateway.
+	onAuthorize func()
 }
 
 func newOpGateway() *opGateway {
@@ -82,6 +84,9 @@ func (g *opGateway) Applied() int64 {
 }
 
 func (g *opGateway) Authorize(_ context.Context, req payrouter.ChargeRequest) payrouter.Result {
+	if g.onAuthorize != nil {
+		g.onAuthorize()
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls = append(g.calls, "authorize:"+req.Reference)

@@ -46,6 +46,8 @@ type Service struct {
 	// answer is stored (captureAfterAnswer); late counts the captures sent after their answers.
 	captures sync.Map
 	late     sync.WaitGroup
+	// hooks are the gateways' webhook keys, by gateway (SetWebhookKeys).
+	hooks atomic.Pointer[map[string]payrouter.WebhookKeys]
 }
 
 // Observer is told what a Service decided beyond single gateway calls (the resilience Observer

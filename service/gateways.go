@@ -68,3 +68,35 @@ func (s *Service) wireGateways(cfg, prev *config.Config) (renewedChecks []string
 func adapterSettings(g config.Gateway) gateways.Settings {
 	return gateways.Settings{BaseURL: g.BaseURL, Credentials: g.Credentials, APIVersion: g.APIVersion}
 }
+
+// gatewayWebhookKeys are the webhook keys of every gateway of cfg with a webhook section.
+func gatewayWebhookKeys(cfg *config.Config) map[string]payrouter.WebhookKeys {
+	keys := map[string]payrouter.WebhookKeys{}
+	for _, name := range cfg.GatewayNames {
+		if w := cfg.Gateways[name].Webhook; w != nil {
+			keys[name] = w.Keys()
+		}
+	}
+	return keys
+}
+
+// setGatewayWebhooks gives payments the gateways' webhook keys of cfg and shows their metrics'
+// series, forgetting those of gateways that had a webhook in prev (nil: none) and have none now.
+func (s *Service) setGatewayWebhooks(cfg, prev *config.Config) {
+	keys := gatewayWebhookKeys(cfg)
+	s.payments.SetWebhookKeys(keys)
+	var names, removed []string
+	for _, name := range cfg.GatewayNames {
+		if _, ok := keys[name]; ok {
+			names = append(names, name)
+		}
+	}
+	if prev != nil {
+		for name := range gatewayWebhookKeys(prev) {
+			if _, ok := keys[name]; !ok {
+				removed = append(removed, name)
+			}
+		}
+	}
+	s.metrics.InitGatewayWebhooks(names, removed)
+}

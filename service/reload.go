@@ -71,6 +71,7 @@ func (s *Service) reload(how string) (config.Changes, error) {
 	}
 	if err == nil {
 		s.payments.Update(s.router.Gateways(), next.Fallbacks)
+		s.setGatewayWebhooks(next, running)
 	}
 	if err != nil {
 		// dryRunAdapters and config validation make this unreachable; should it happen, the

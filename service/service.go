@@ -198,6 +198,7 @@ func (s *Service) build(ctx context.Context, cfg *config.Config, store payrouter
 		Charges: s.store, Refunds: s.store, Queue: s.store, Budget: cfg.RequestTimeout,
 		Log: s.log, Fallbacks: cfg.Fallbacks, Observer: s.metrics.RouterObserver(),
 	})
+	s.setGatewayWebhooks(cfg, nil)
 	if s.role == Serve {
 		// The money work done later: queued refunds, voids, rechecks of late approvals, and
 		// charges whose outcome is not known yet. Every instance drains the shared queue (a task

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/config"
 	"github.com/payrouter/payrouter/gateways"
 	"github.com/payrouter/payrouter/gateways/gatewayhttp"
@@ -50,8 +51,12 @@ func Validate(ctx context.Context, cfg *config.Config, getenv func(string) strin
 func dryRunAdapters(cfg *config.Config) error {
 	for _, name := range cfg.GatewayNames {
 		g := cfg.Gateways[name]
-		if _, err := gateways.NewWith(g.Kind, adapterSettings(g), gatewayhttp.NewClient(refuseAll{})); err != nil {
+		gw, err := gateways.NewWith(g.Kind, adapterSettings(g), gatewayhttp.NewClient(refuseAll{}))
+		if err != nil {
 			return fmt.Errorf("gateways.%s: %w", name, err)
+		}
+		if _, ok := gw.(payrouter.WebhookVerifier); g.Webhook != nil && !ok {
+			return fmt.Errorf("gateways.%s.webhook: the %s adapter has no webhooks (ding, tranglo and stripe have); remove the section", name, g.Kind)
 		}
 	}
 	return nil

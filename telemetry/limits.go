@@ -6,18 +6,19 @@ import (
 
 // Reasons of payrouter_rate_limited_total.
 const (
-	LimitKeyRate        = "key_rate"        // an API key over limits.requests_per_second: 429
-	LimitKeyConcurrency = "key_concurrency" // an API key holding its share of a gateway's bulkhead: that gateway passed as bulkhead_full
-	LimitAuthFailures   = "auth_failures"   // an address over limits.auth_failures_per_minute: 429
-	LimitKeyMemory      = "key_memory"      // an API key holding its share of state.max_memory: 503
+	LimitKeyRate         = "key_rate"         // an API key over limits.requests_per_second: 429
+	LimitKeyConcurrency  = "key_concurrency"  // an API key holding its share of a gateway's bulkhead: that gateway passed as bulkhead_full
+	LimitAuthFailures    = "auth_failures"    // an address over limits.auth_failures_per_minute: 429
+	LimitKeyMemory       = "key_memory"       // an API key holding its share of state.max_memory: 503
+	LimitWebhookFailures = "webhook_failures" // an address over limits.auth_failures_per_minute of failed gateway webhook calls: 429
 )
 
 func newRateLimited() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "payrouter_rate_limited_total",
-		Help: "Requests refused by a limit (docs/limits.md), by reason: key_rate (an API key over its rate: 429), key_concurrency (an attempt refused at a gateway because its API key held its share of the bulkhead), auth_failures (a client address over its failed authentications: 429), key_memory (an API key holding its share of state.max_memory: 503).",
+		Help: "Requests refused by a limit (docs/limits.md), by reason: key_rate (an API key over its rate: 429), key_concurrency (an attempt refused at a gateway because its API key held its share of the bulkhead), auth_failures (a client address over its failed authentications: 429), key_memory (an API key holding its share of state.max_memory: 503), webhook_failures (a client address over its failed gateway webhook calls: 429).",
 	}, []string{"reason"})
-	for _, r := range []string{LimitKeyRate, LimitKeyConcurrency, LimitAuthFailures, LimitKeyMemory} {
+	for _, r := range []string{LimitKeyRate, LimitKeyConcurrency, LimitAuthFailures, LimitKeyMemory, LimitWebhookFailures} {
 		c.WithLabelValues(r)
 	}
 	return c

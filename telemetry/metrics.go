@@ -58,6 +58,7 @@ type Metrics struct {
 	webhookInFlight        *prometheus.GaugeVec
 	webhookDisabled        *prometheus.GaugeVec
 	webhookBacklog         *prometheus.GaugeVec
+	gatewayWebhooks        *prometheus.CounterVec
 }
 
 // gatewayBuckets reach from a fast local answer to a gateway sitting at a 20-second timeout.
@@ -168,6 +169,8 @@ func NewMetrics() *Metrics {
 	m.logDrops = newLogDrops()
 	reg.MustRegister(m.rateLimited, m.connections, m.logDrops)
 	reg.MustRegister(m.newWebhookMetrics()...)
+	m.gatewayWebhooks = newGatewayWebhooks()
+	reg.MustRegister(m.gatewayWebhooks)
 	reg.MustRegister(m.stateStoreUp, m.databaseUp, m.probeUp, m.probes, m.probeDuration,
 
 		m.breakerState, m.breakerFailures, m.breakerTransitions, m.breakerRejections, m.breakerInfo, m.reloads,

@@ -79,6 +79,12 @@ type Behavior struct {
 	// over-refunds at the gateway and payrouter alone holds the limit. The transaction's state
 	// is still checked (an authorization or a voided one is not refunded).
 	RefundUnchecked bool
+	// Pending answers every new charge pending (each fake in its own form: Ding's
+	// ProcessingState Processing, Tranglo's 968, Stripe's processing) and makes it final this
+	// long after: approved or declined as it would have been at once. A look-up shows it pending
+	// until then, final after; the fake calls back then when a callback is set (PUT
+	// /_sim/callback). 0: charges are final at once.
+	Pending time.Duration
 }
 
 // delay is how long the answer to one API call is held back: Latency, plus SlowLatency for a
@@ -98,10 +104,11 @@ type behaviorJSON struct {
 	SlowShare       float64 `json:"slow_share"`
 	SlowLatency     string  `json:"slow_latency"`
 	RefundUnchecked bool    `json:"refund_unchecked"`
+	Pending         string  `json:"pending"`
 }
 
 // MarshalJSON writes {"mode", "latency", "decline_all", "slow_share", "slow_latency",
-// "refund_unchecked"}.
+// "refund_unchecked", "pending"}.
 func (b Behavior) MarshalJSON() ([]byte, error) {
 	m := b.Mode
 	if m == "" {
@@ -110,6 +117,7 @@ func (b Behavior) MarshalJSON() ([]byte, error) {
 	return json.Marshal(behaviorJSON{
 		Mode: m, Latency: b.Latency.String(), DeclineAll: b.DeclineAll,
 		SlowShare: b.SlowShare, SlowLatency: b.SlowLatency.String(), RefundUnchecked: b.RefundUnchecked,
+		Pending: b.Pending.String(),
 	})
 }
 
@@ -124,15 +132,15 @@ func (b *Behavior) UnmarshalJSON(data []byte) error {
 }
 
 // ParseBehavior decodes a PUT /_sim/behavior body strictly: one JSON object, no unknown fields, a
-// known mode (missing means normal), a non-negative latency in Go duration syntax (missing or ""
-// means none), a slow_share in [0, 1] (missing means no tail) and, when slow_share is above 0, a
+// known mode (missing means normal), a non-negative latency and pending in Go duration syntax
+// (missing or "" means none), a slow_share in [0, 1] (missing means no tail) and, when slow_share is above 0, a
 // positive slow_latency. A PUT replaces the whole behavior, so what is left out is reset.
 func ParseBehavior(r io.Reader) (Behavior, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var in behaviorJSON
 	if err := dec.Decode(&in); err != nil {
-		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang|process_then_503", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s", "refund_unchecked": false}: %v`, err)
+		return Behavior{}, fmt.Errorf(`behavior: want a JSON object {"mode": "normal|unavailable|error500|hang|reset|process_then_hang|process_then_503", "latency": "20s", "decline_all": false, "slow_share": 0.02, "slow_latency": "2s", "refund_unchecked": false, "pending": "2s"}: %v`, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Behavior{}, errors.New("behavior: unexpected data after the JSON object")
@@ -149,6 +157,9 @@ func ParseBehavior(r io.Reader) (Behavior, error) {
 		return Behavior{}, err
 	}
 	if b.SlowLatency, err = parseLatency("slow_latency", in.SlowLatency); err != nil {
+		return Behavior{}, err
+	}
+	if b.Pending, err = parseLatency("pending", in.Pending); err != nil {
 		return Behavior{}, err
 	}
 	if in.SlowShare < 0 || in.SlowShare > 1 {

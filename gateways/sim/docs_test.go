@@ -70,9 +70,12 @@ func TestSimulatorDoc(t *testing.T) {
 	}
 	for _, e := range endpoints {
 		var body *strings.Reader
-		if e[1] == http.MethodPut {
+		switch {
+		case e[1] == http.MethodPut && e[2] == "/_sim/callback":
+			body = strings.NewReader(`{"url": ""}`)
+		case e[1] == http.MethodPut:
 			body = strings.NewReader(`{"mode": "normal"}`)
-		} else {
+		default:
 			body = strings.NewReader("")
 		}
 		rec := httptest.NewRecorder()

@@ -9,9 +9,12 @@ import (
 // TxStatus is the state of a transaction in a simulated gateway's ledger.
 type TxStatus string
 
-// The states of a ledger transaction. The first five are what GET /_sim/ledger shows; declined
+// The states of a ledger transaction. The first six are what GET /_sim/ledger shows; declined
 // transactions are kept but not listed (see Ledger).
 const (
+	// StatusPending is a charge the gateway has taken but not decided yet (Behavior.Pending):
+	// Ledger.Settle makes it what it was to be.
+	StatusPending           TxStatus = "pending"
 	StatusAuthorized        TxStatus = "authorized"
 	StatusCaptured          TxStatus = "captured"
 	StatusVoided            TxStatus = "voided"
@@ -46,6 +49,8 @@ type Tx struct {
 	// Fingerprint is what the fake made of the charge's details, so that it can tell a retry
 	// from another charge reusing the reference.
 	Fingerprint string `json:"-"`
+	// settles is what a pending transaction becomes when Settle decides it.
+	settles TxStatus
 }
 
 // NewTx is a charge as a fake received it.
@@ -57,6 +62,9 @@ type NewTx struct {
 	Decline   string // non-empty: the charge is declined, with this fake-specific code
 	// Fingerprint is kept with the transaction (see Tx.Fingerprint).
 	Fingerprint string
+	// Pending records the charge as StatusPending, to become what it would have been at once
+	// (authorized, captured or declined) when Settle is called.
+	Pending bool
 }
 
 // OpResult is what a capture, void or refund did.
@@ -140,6 +148,9 @@ func (l *Ledger) Create(n NewTx) (tx Tx, created bool) {
 	case n.Capture:
 		t.Status = StatusCaptured
 	}
+	if n.Pending {
+		t.settles, t.Status = t.Status, StatusPending
+	}
 	l.txs = append(l.txs, t)
 	l.byID[t.ID] = t
 	if n.Reference != "" {
@@ -165,6 +176,20 @@ func (l *Ledger) Lookup(key string) (Tx, bool) {
 	if t == nil {
 		return Tx{}, false
 	}
+	return *t, true
+}
+
+// Settle decides the pending transaction id: it becomes what it was created to be. settled is
+// false when there is no such transaction, or it is not pending (a reset emptied the ledger
+// meanwhile).
+func (l *Ledger) Settle(id string) (tx Tx, settled bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.byID[id]
+	if !ok || t.Status != StatusPending {
+		return Tx{}, false
+	}
+	t.Status, t.settles = t.settles, ""
 	return *t, true
 }
 

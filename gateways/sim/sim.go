@@ -54,6 +54,12 @@ type Config struct {
 	// OnReset empties what a fake keeps beyond the ledger (stripesim's saved idempotent
 	// answers): Reset calls it after emptying the ledger. nil: nothing more to empty.
 	OnReset func()
+	// CallbackTransport carries the fake's call backs; nil: a transport of its own. Tests inside
+	// a synctest bubble give an in-memory one.
+	CallbackTransport http.RoundTripper
+	// OnSettle hears of each pending charge made final (Behavior.Pending), once the ledger shows
+	// it so: a fake calls back from it (Server.Notify). nil: nobody hears.
+	OnSettle func(Tx)
 }
 
 // Stats is what GET /_sim/stats shows: calls to the gateway's own API, never health or control
@@ -97,6 +103,8 @@ type Server struct {
 	unavailable http.HandlerFunc
 	rand        func() float64
 	onReset     func()
+	onSettle    func(Tx)
+	client      *http.Client
 	mux         *http.ServeMux
 	ledger      *Ledger
 	logger      atomic.Pointer[slog.Logger]
@@ -108,9 +116,18 @@ type Server struct {
 	// gen counts resets: a request counts in_flight only in the generation it started in, so a
 	// reset while a call hangs leaves the new counters at zero rather than going negative.
 	gen uint64
+	// callback is where the fake calls back (PUT /_sim/callback); cbStats how that went.
+	callback Callback
+	cbStats  CallbackStats
 
 	done      chan struct{} // closed by Close: hung and delayed requests let go
+	doneCtx   context.Context
+	closeCtx  context.CancelFunc
 	closeOnce sync.Once
+	// notifying counts the deliveries and pending settlements under way, which Close waits for;
+	// closed (under mu) stops new ones from being counted once Close began.
+	notifying sync.WaitGroup
+	closed    bool
 }
 
 // New returns a fake with an empty ledger, in normal mode, serving the control API and
@@ -121,10 +138,16 @@ func New(cfg Config) *Server {
 		unavailable: cfg.Unavailable,
 		rand:        cfg.Rand,
 		onReset:     cfg.OnReset,
-		mux:         http.NewServeMux(),
-		ledger:      NewLedger(cfg.TxPrefix, cfg.OpPrefix),
-		behavior:    Behavior{Mode: ModeNormal},
-		done:        make(chan struct{}),
+		onSettle:    cfg.OnSettle,
+		client: &http.Client{
+			Transport:     cfg.CallbackTransport,
+			Timeout:       callbackTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		mux:      http.NewServeMux(),
+		ledger:   NewLedger(cfg.TxPrefix, cfg.OpPrefix),
+		behavior: Behavior{Mode: ModeNormal},
+		done:     make(chan struct{}),
 	}
 	if s.unavailable == nil {
 		s.unavailable = func(w http.ResponseWriter, _ *http.Request) {
@@ -134,6 +157,7 @@ func New(cfg Config) *Server {
 	if s.rand == nil {
 		s.rand = rand.Float64
 	}
+	s.doneCtx, s.closeCtx = context.WithCancel(context.Background())
 	s.logger.Store(slog.New(slog.DiscardHandler))
 	s.mux.HandleFunc("GET /health", s.healthWith(nil))
 	s.mux.HandleFunc("GET /_sim/behavior", s.getBehavior)
@@ -141,6 +165,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /_sim/stats", s.getStats)
 	s.mux.HandleFunc("GET /_sim/ledger", s.getLedger)
 	s.mux.HandleFunc("GET /_sim/trace_headers", s.getTraceHeaders)
+	s.mux.HandleFunc("GET /_sim/callback", s.getCallback)
+	s.mux.HandleFunc("PUT /_sim/callback", s.putCallback)
 	s.mux.HandleFunc("POST /_sim/reset", s.postReset)
 	return s
 }
@@ -230,11 +256,14 @@ func (s *Server) TraceHeaders() TraceHeaders {
 	return s.trace
 }
 
-// Reset sets the behavior back to normal and empties the counters, the trace headers seen and
-// the ledger. Calls in progress are not interrupted, but no longer counted.
+// Reset sets the behavior back to normal, turns calling back off, and empties the counters, the
+// trace headers seen and the ledger. Calls in progress are not interrupted, but no longer
+// counted; a pending charge of the emptied ledger is never settled, and deliveries under way
+// are no longer counted.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	s.behavior = Behavior{Mode: ModeNormal}
+	s.callback, s.cbStats = Callback{}, CallbackStats{}
 	s.stats = Stats{}
 	s.trace = TraceHeaders{}
 	s.gen++
@@ -247,9 +276,17 @@ func (s *Server) Reset() {
 
 // Close lets go of every hung request (its connection is dropped without an answer) and of every
 // answer waiting out its latency (it is sent at once), now and from then on, so that a server
-// shutdown never waits on them. Call it before http.Server.Shutdown; it is idempotent.
+// shutdown never waits on them; it stops the call backs and the pending charges' timers, and
+// waits for them. Call it before http.Server.Shutdown; it is idempotent.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.done) })
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.done)
+		s.closeCtx()
+	})
+	s.notifying.Wait()
 }
 
 // begin counts a call to the API, with its header's trace context; the returned func ends it.
@@ -424,7 +461,7 @@ func (s *Server) putBehavior(w http.ResponseWriter, r *http.Request) {
 	}
 	s.SetBehavior(b)
 	s.logger.Load().Info("behavior", "gateway", s.name, "mode", b.Mode, "latency", b.Latency.String(), "decline_all", b.DeclineAll,
-		"slow_share", b.SlowShare, "slow_latency", b.SlowLatency.String(), "refund_unchecked", b.RefundUnchecked)
+		"slow_share", b.SlowShare, "slow_latency", b.SlowLatency.String(), "refund_unchecked", b.RefundUnchecked, "pending", b.Pending.String())
 	WriteJSON(w, http.StatusOK, b)
 }
 

@@ -50,6 +50,9 @@ func TestParseBehavior(t *testing.T) {
 		{`{"refund_unchecked":true}`, sim.Behavior{Mode: sim.ModeNormal, RefundUnchecked: true}, ""},
 		{`{"mode":"process_then_503","refund_unchecked":true}`, sim.Behavior{Mode: sim.ModeProcessThen503, RefundUnchecked: true}, ""},
 		{`{"refund_unchecked":"true"}`, sim.Behavior{}, "want a JSON object"},
+		{`{"pending":"2s"}`, sim.Behavior{Mode: sim.ModeNormal, Pending: 2 * time.Second}, ""},
+		{`{"pending":"soon"}`, sim.Behavior{}, `pending "soon"`},
+		{`{"pending":"-1s"}`, sim.Behavior{}, `pending "-1s": must not be negative`},
 		{`{"mode":"down"}`, sim.Behavior{}, `unknown mode "down"`},
 		{`{"mode":"normal","latency":"fast"}`, sim.Behavior{}, `latency "fast"`},
 		{`{"mode":"normal","latency":"-1s"}`, sim.Behavior{}, "must not be negative"},
@@ -71,9 +74,9 @@ func TestParseBehavior(t *testing.T) {
 }
 
 func TestBehaviorJSONRoundTrip(t *testing.T) {
-	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true, SlowShare: 0.25, SlowLatency: 2 * time.Second, RefundUnchecked: true}
+	b := sim.Behavior{Mode: sim.ModeHang, Latency: 1500 * time.Millisecond, DeclineAll: true, SlowShare: 0.25, SlowLatency: 2 * time.Second, RefundUnchecked: true, Pending: 3 * time.Second}
 	data, err := json.Marshal(b)
-	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true,"slow_share":0.25,"slow_latency":"2s","refund_unchecked":true}` {
+	if err != nil || string(data) != `{"mode":"hang","latency":"1.5s","decline_all":true,"slow_share":0.25,"slow_latency":"2s","refund_unchecked":true,"pending":"3s"}` {
 		t.Fatalf("Marshal = %s, %v", data, err)
 	}
 	var back sim.Behavior
@@ -109,7 +112,7 @@ func newFake(draw func() float64) *sim.Server {
 		if s.Declines(r.URL.Query().Get("token")) {
 			n.Decline = "no"
 		}
-		tx, _ := s.Ledger().Create(n)
+		tx, _ := s.Create(r, n)
 		sim.WriteJSON(w, http.StatusOK, tx)
 	})
 	s.Handle("POST /refund", func(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +194,7 @@ func TestControlAPI(t *testing.T) {
 	if got := s.Behavior(); got != (sim.Behavior{Mode: sim.ModeUnavailable, Latency: 5 * time.Millisecond, DeclineAll: true}) {
 		t.Fatalf("behavior after PUT: %+v", got)
 	}
-	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s","refund_unchecked":false}` {
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"unavailable","latency":"5ms","decline_all":true,"slow_share":0,"slow_latency":"0s","refund_unchecked":false,"pending":"0s"}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
 	}
 	a = call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"process_then_503"}`)
@@ -202,7 +205,7 @@ func TestControlAPI(t *testing.T) {
 	if a.status != 200 || !strings.Contains(a.body, `"mode":"process_then_hang"`) {
 		t.Fatalf("PUT /_sim/behavior: %+v", a)
 	}
-	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"process_then_hang","latency":"0s","decline_all":false,"slow_share":0.02,"slow_latency":"2s","refund_unchecked":false}` {
+	if a := call(ctx, "GET", url+"/_sim/behavior", ""); a.status != 200 || strings.TrimSpace(a.body) != `{"mode":"process_then_hang","latency":"0s","decline_all":false,"slow_share":0.02,"slow_latency":"2s","refund_unchecked":false,"pending":"0s"}` {
 		t.Fatalf("GET /_sim/behavior: %+v", a)
 	}
 	call(ctx, "PUT", url+"/_sim/behavior", `{"mode":"unavailable","latency":"5ms","decline_all":true}`)

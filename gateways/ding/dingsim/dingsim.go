@@ -15,6 +15,9 @@
 package dingsim
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,8 +33,9 @@ const DeclineReason = "DoNotHonour"
 
 // New returns a fake Ding in normal mode with an empty ledger.
 func New() *sim.Server {
-	s := sim.New(sim.Config{Name: "ding", TxPrefix: "D-", OpPrefix: "DOP-", Unavailable: unavailable})
-	f := &fake{s: s}
+	f := &fake{}
+	s := sim.New(sim.Config{Name: "ding", TxPrefix: "D-", OpPrefix: "DOP-", Unavailable: unavailable, OnSettle: f.settled})
+	f.s = s
 	s.Handle("POST /api/V1/SendTransfer", f.authenticated(f.sendTransfer))
 	s.Handle("POST /api/V1/ListTransferRecords", f.authenticated(f.listTransferRecords))
 	s.Handle("POST /api/V1/SettleTransfer", f.authenticated(f.settleTransfer))
@@ -116,6 +120,8 @@ func record(t sim.Tx) *transferRecord {
 		CompletedUtc:    time.Now().UTC().Format(time.RFC3339),
 	}
 	switch t.Status {
+	case sim.StatusPending:
+		rec.ProcessingState, rec.CompletedUtc = "Processing", ""
 	case sim.StatusDeclined:
 		rec.ProcessingState, rec.DeclineReason = "Failed", t.DeclineCode
 	case sim.StatusAuthorized:
@@ -190,7 +196,7 @@ func (f *fake) sendTransfer(w http.ResponseWriter, r *http.Request) {
 	if f.s.Declines(in.AccountNumber) {
 		n.Decline = DeclineReason
 	}
-	t, created := f.s.Ledger().Create(n)
+	t, created := f.s.Create(r, n)
 	if !created && t.Fingerprint != n.Fingerprint {
 		failed(w, nil, errorCode{Code: "RepeatedDistributorRef", Context: "DistributorRef"})
 		return
@@ -273,4 +279,44 @@ func answer(w http.ResponseWriter, res sim.OpResult, err error) {
 	default:
 		failed(w, record(res.Tx), errorCode{Code: "InvalidTransferState", Context: err.Error()})
 	}
+}
+
+// Ding's callback (docs/gateways.md, Gateway webhooks): once a pending transfer is Completed or
+// Failed, Ding POSTs {"EventType": "TransferStateChanged", "EventId", "TransferRecord"} with the
+// transfer's record as ListTransferRecords shows it, signed in X-Ding-Signature: "sha256=" and
+// the standard base64 of HMAC-SHA256(secret, X-Ding-Timestamp + "\n" + body), the timestamp in
+// RFC 3339, UTC.
+
+// Ding's callback headers.
+const (
+	SignatureHeader = "X-Ding-Signature"
+	TimestampHeader = "X-Ding-Timestamp"
+)
+
+// Event is Ding's callback body.
+type Event struct {
+	EventType      string          `json:"EventType"`
+	EventID        string          `json:"EventId"`
+	TransferRecord *transferRecord `json:"TransferRecord"`
+}
+
+// settled calls back for a pending transfer made final.
+func (f *fake) settled(t sim.Tx) {
+	body, err := json.Marshal(Event{EventType: "TransferStateChanged", EventID: "DEV-" + t.ID, TransferRecord: record(t)})
+	if err != nil {
+		return
+	}
+	f.s.Notify(body, Sign)
+}
+
+// Sign is Ding's signature of a callback body with secret at now: its two headers.
+func Sign(body []byte, secret string, now time.Time) http.Header {
+	ts := now.UTC().Format(time.RFC3339)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "\n"))
+	mac.Write(body)
+	h := http.Header{}
+	h.Set(TimestampHeader, ts)
+	h.Set(SignatureHeader, "sha256="+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	return h
 }

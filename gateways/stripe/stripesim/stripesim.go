@@ -31,6 +31,9 @@ package stripesim
 
 import (
 	"cmp"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,7 +66,7 @@ const AuthenticationRequired = "pm_card_authenticationRequired"
 func New() *sim.Server {
 	f := &fake{}
 	f.reset()
-	s := sim.New(sim.Config{Name: "stripe", TxPrefix: "pi_", OpPrefix: "re_", Unavailable: rateLimited, OnReset: f.reset})
+	s := sim.New(sim.Config{Name: "stripe", TxPrefix: "pi_", OpPrefix: "re_", Unavailable: rateLimited, OnReset: f.reset, OnSettle: f.settled})
 	f.s = s
 	s.Handle("POST /v1/payment_intents", f.endpoint(createParams, f.createIntent))
 	s.Handle("GET /v1/payment_intents/{intent}", f.endpoint(retrieveParams, f.retrieveIntent))
@@ -85,6 +88,7 @@ type fake struct {
 	byGroup map[string][]string // transfer_group -> PaymentIntent ids, oldest first
 	order   []string            // every PaymentIntent id, oldest first
 	keys    map[string]*saved   // Idempotency-Key -> the first answer
+	events  int64               // events sent, for their ids; never reset
 }
 
 func (f *fake) reset() {
@@ -403,7 +407,7 @@ func (f *fake) createIntent(r *http.Request, form url.Values) answer {
 		// Waiting for the customer to authenticate: nothing authorized, no charge made.
 		n.Decline, in.requiresAction = "authentication_required", true
 	}
-	t, created := f.s.Ledger().Create(n)
+	t, created := f.s.Create(r, n)
 	if !created {
 		// The ledger holds the reference without a saved answer: a key whose answer was never
 		// saved (its first request failed before the endpoint began) cannot be in the ledger, so
@@ -422,6 +426,9 @@ func (f *fake) createIntent(r *http.Request, form url.Values) answer {
 	pi := f.intentObject(t, expands(form, "latest_charge"))
 	switch {
 	case in.requiresAction:
+		return ok(pi)
+	case t.Status == sim.StatusPending:
+		f.changed("payment_intent.processing", t)
 		return ok(pi)
 	case t.Status == sim.StatusDeclined:
 		f.changed("payment_intent.payment_failed", t)
@@ -638,9 +645,86 @@ func (f *fake) listIntents(w http.ResponseWriter, r *http.Request) {
 }
 
 // changed is where every change of a PaymentIntent, its charge or a refund passes, with the
-// event type Stripe names it by. It is the seam for webhooks: delivering these events (signed,
-// to a configured endpoint) is not simulated yet, so nothing happens here.
-func (f *fake) changed(eventType string, t sim.Tx) {}
+// event type Stripe names it by: it delivers the event, as Stripe's Event object, to the
+// callback set (PUT /_sim/callback), signed as Stripe signs (Sign). A charge.refunded event
+// carries the charge; every other, the PaymentIntent (its latest_charge an id).
+func (f *fake) changed(eventType string, t sim.Tx) {
+	var obj any
+	if strings.HasPrefix(eventType, "charge.") {
+		obj = f.chargeObject(t)
+	} else {
+		obj = f.intentObject(t, false)
+	}
+	f.mu.Lock()
+	f.events++
+	n := f.events
+	f.mu.Unlock()
+	body, err := json.Marshal(Event{
+		ID: fmt.Sprintf("evt_sim%018d", n), Object: "event", APIVersion: APIVersion, Created: time.Now().Unix(),
+		Data: EventData{Object: obj}, PendingWebhooks: 1, Request: EventRequest{}, Type: eventType,
+	})
+	if err != nil {
+		return
+	}
+	f.s.Notify(body, Sign)
+}
+
+// settled is a pending PaymentIntent made final (sim.Behavior.Pending): its event.
+func (f *fake) settled(t sim.Tx) {
+	if t.Status == sim.StatusDeclined {
+		f.mu.Lock()
+		if in := f.intents[t.ID]; in != nil {
+			in.errorCode = "card_declined"
+		}
+		f.mu.Unlock()
+		f.changed("payment_intent.payment_failed", t)
+		return
+	}
+	f.changed(eventOf(t), t)
+}
+
+// APIVersion is the Stripe API version of the events stripesim sends.
+const APIVersion = "2026-08-26.dahlia"
+
+// SignatureHeader is the header Stripe signs its webhook events in.
+const SignatureHeader = "Stripe-Signature"
+
+// Event is Stripe's Event object, as its webhooks deliver it.
+type Event struct {
+	ID              string       `json:"id"`
+	Object          string       `json:"object"`
+	APIVersion      string       `json:"api_version"`
+	Created         int64        `json:"created"`
+	Data            EventData    `json:"data"`
+	Livemode        bool         `json:"livemode"`
+	PendingWebhooks int          `json:"pending_webhooks"`
+	Request         EventRequest `json:"request"`
+	Type            string       `json:"type"`
+}
+
+// EventData holds the object an event is about.
+type EventData struct {
+	Object any `json:"object"`
+}
+
+// EventRequest is the API request that caused an event; stripesim leaves it null.
+type EventRequest struct {
+	ID             *string `json:"id"`
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+// Sign is Stripe's webhook signature of body with the endpoint's secret at now: the header
+// "Stripe-Signature: t=<Unix seconds>,v1=<lowercase hex of HMAC-SHA256(secret, "<t>.<body>")>",
+// the secret used whole ("whsec_..."), as Stripe does.
+func Sign(body []byte, secret string, now time.Time) http.Header {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	h := http.Header{}
+	h.Set(SignatureHeader, "t="+ts+",v1="+hex.EncodeToString(mac.Sum(nil)))
+	return h
+}
 
 // eventOf names the event of a PaymentIntent just confirmed.
 func eventOf(t sim.Tx) string {
@@ -761,6 +845,8 @@ func (f *fake) intentObject(t sim.Tx, expandCharge bool) piObject {
 		pi.Metadata = map[string]string{}
 	}
 	switch t.Status {
+	case sim.StatusPending:
+		pi.Status = "processing"
 	case sim.StatusAuthorized:
 		pi.Status, pi.AmountCapturable = "requires_capture", t.Amount
 	case sim.StatusVoided:
@@ -811,6 +897,8 @@ func (f *fake) chargeObjectOf(t sim.Tx, in intent) chargeObject {
 		c.Status, c.Paid, c.FailureCode, c.FailureMessage = "failed", false, &in.errorCode, &message
 		c.Outcome = chargeOutcome{NetworkStatus: "declined_by_network", Reason: &reason, RiskLevel: "normal",
 			SellerMessage: "The bank did not return any further details with this decline.", Type: "issuer_declined"}
+	case sim.StatusPending:
+		c.Status, c.Paid = "pending", false
 	case sim.StatusAuthorized:
 	case sim.StatusVoided:
 		c.Refunded, c.AmountRefunded = true, t.Amount // a released authorization

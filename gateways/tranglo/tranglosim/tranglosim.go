@@ -16,16 +16,22 @@
 //	302 system error (500)          999 unexpected error (500)   960 not processed, try later (503)
 //	967 suspected transaction       968 pending
 //
-// This fake answers 000, 103 (every decline), 120, 2xx and 960; 302, 967, 968 and 999 are what a
-// real GloRemit may answer and the adapter maps them.
+// This fake answers 000, 103 (every decline), 120, 2xx, 960 and, with the behavior pending, 968
+// (HTTP 202) to a charge, whose look-up shows transStatus PENDING until it is final; 302, 967
+// and 999 are what a real GloRemit may answer and the adapter maps them.
 package tranglosim
 
 import (
+	"crypto/hmac"
+	"crypto/sha512"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/payrouter/payrouter/gateways/sim"
 )
@@ -35,8 +41,9 @@ const DeclineCode = "103"
 
 // New returns a fake Tranglo in normal mode with an empty ledger.
 func New() *sim.Server {
-	s := sim.New(sim.Config{Name: "tranglo", TxPrefix: "TG", OpPrefix: "TGOP", Unavailable: unavailable})
-	f := &fake{s: s}
+	f := &fake{}
+	s := sim.New(sim.Config{Name: "tranglo", TxPrefix: "TG", OpPrefix: "TGOP", Unavailable: unavailable, OnSettle: f.settled})
+	f.s = s
 	s.Handle("POST /gloremit/v1/payments", f.authenticated(f.pay))
 	s.Handle("POST /gloremit/v1/payments/capture", f.authenticated(f.capture))
 	s.Handle("POST /gloremit/v1/payments/void", f.authenticated(f.void))
@@ -71,6 +78,7 @@ var descriptions = map[string]string{
 	"204": "Duplicate transID with different details",
 	"210": "Authentication failed",
 	"960": "Service temporarily unavailable; transaction not processed, try again later",
+	"968": "Transaction pending",
 }
 
 func write(w http.ResponseWriter, status int, code string, a answer, detail string) {
@@ -104,14 +112,18 @@ var statuses = map[sim.TxStatus]string{
 	sim.StatusRefunded:          "REFUNDED",
 	sim.StatusPartiallyRefunded: "PARTIALLY_REFUNDED",
 	sim.StatusDeclined:          "DECLINED",
+	sim.StatusPending:           "PENDING",
 }
 
 func view(transID string, t sim.Tx) answer {
 	a := answer{TransID: transID, OrigTransID: t.Reference, GloRefNo: t.ID, TransStatus: statuses[t.Status],
 		Amount: t.Amount, Currency: t.Currency, RefundedAmount: t.Refunded}
-	if t.Status == sim.StatusDeclined {
+	switch t.Status {
+	case sim.StatusDeclined:
 		a.TransResponseCode = t.DeclineCode
-	} else {
+	case sim.StatusPending:
+		a.TransResponseCode = "968"
+	default:
 		a.TransResponseCode = "000"
 	}
 	return a
@@ -167,16 +179,19 @@ func (f *fake) pay(w http.ResponseWriter, r *http.Request) {
 	if f.s.Declines(in.CardToken) {
 		n.Decline = DeclineCode
 	}
-	t, created := f.s.Ledger().Create(n)
+	t, created := f.s.Create(r, n)
 	if !created && t.Fingerprint != n.Fingerprint {
 		write(w, http.StatusConflict, "204", answer{TransID: in.TransID}, "")
 		return
 	}
-	if t.Status == sim.StatusDeclined {
+	switch t.Status {
+	case sim.StatusDeclined:
 		write(w, http.StatusForbidden, t.DeclineCode, view(in.TransID, t), "")
-		return
+	case sim.StatusPending:
+		write(w, http.StatusAccepted, "968", view(in.TransID, t), "")
+	default:
+		write(w, http.StatusOK, "000", view(in.TransID, t), "")
 	}
-	write(w, http.StatusOK, "000", view(in.TransID, t), "")
 }
 
 // operation is the body of capture, void and refund: transID is the operation's own.
@@ -246,4 +261,45 @@ func (f *fake) inquiry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	write(w, http.StatusOK, "000", view(in.TransID, t), "")
+}
+
+// Tranglo's callback (docs/gateways.md, Gateway webhooks): once a pending payment is final,
+// Tranglo POSTs {"notificationType": "PAYMENT_STATUS", "notificationID", ...} with the payment as
+// transaction-inquiry shows it, signed in X-Tranglo-Signature: the lowercase hex of
+// HMAC-SHA512(secret, body + X-Tranglo-Timestamp), the timestamp in Unix milliseconds.
+
+// Tranglo's callback headers.
+const (
+	SignatureHeader = "X-Tranglo-Signature"
+	TimestampHeader = "X-Tranglo-Timestamp"
+)
+
+// notification is Tranglo's callback body: the payment's inquiry answer, named.
+type notification struct {
+	NotificationType string `json:"notificationType"`
+	NotificationID   string `json:"notificationID"`
+	answer
+}
+
+// settled calls back for a pending payment made final.
+func (f *fake) settled(t sim.Tx) {
+	a := view(t.Reference, t)
+	a.ResponseCode, a.ResponseDesc = "000", descriptions["000"]
+	body, err := json.Marshal(notification{NotificationType: "PAYMENT_STATUS", NotificationID: "TGN" + t.ID, answer: a})
+	if err != nil {
+		return
+	}
+	f.s.Notify(body, Sign)
+}
+
+// Sign is Tranglo's signature of a callback body with secret at now: its two headers.
+func Sign(body []byte, secret string, now time.Time) http.Header {
+	ts := strconv.FormatInt(now.UnixMilli(), 10)
+	mac := hmac.New(sha512.New, []byte(secret))
+	mac.Write(body)
+	mac.Write([]byte(ts))
+	h := http.Header{}
+	h.Set(TimestampHeader, ts)
+	h.Set(SignatureHeader, hex.EncodeToString(mac.Sum(nil)))
+	return h
 }
