@@ -17,7 +17,7 @@ const (
 	// chaosCaptureEvery is how often the ledgers are read for new captures: the resolution of
 	// the capture times measured.
 	chaosCaptureEvery = 250 * time.Millisecond
-	// chaosCaptureWithin bounds a capture made after its charge's answer (docs/api.md, what
+	// chaosCaptureWithin bounds a capture made after its charge's answer (docs/api.md, What
 	// succeeded promises on a hedged route): the worker sends a capture the charge's own
 	// request could not send from request_timeout + 2 s + the capture timeout after the answer
 	// on, then again after each worker idle period (10 s) while the gateway cannot take it; a

@@ -32,6 +32,7 @@ func newCharge(id string, status payrouter.ChargeStatus, created time.Time) *pay
 		Metadata:         map[string]string{"order": "42", "channel": "web"},
 		PaymentMethod:    payrouter.PaymentMethod{Type: "card", Token: "tok_visa"},
 		Capture:          true,
+		CaptureQueued:    true,
 		PinnedGateway:    "paywell",
 		Route:            "default",
 		Owner:            "scope_shop_eu",
