@@ -23,6 +23,12 @@ command -v npm >/dev/null 2>&1 || fail "npm not found; install Node.js and npm (
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
+# Node trusts only the CAs built into it: on a machine whose traffic to the registry passes a
+# proxy with its own CA in the system bundle, npm then fails with SELF_SIGNED_CERT_IN_CHAIN. Add
+# the system bundle, as curl and Go use it, unless the caller chose otherwise.
+if [[ -z ${NODE_EXTRA_CA_CERTS:-} && -s /etc/ssl/certs/ca-certificates.crt ]]; then
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+fi
 # Redocly CLI: no usage telemetry, no update notice (neither has anywhere to go from CI).
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 
