@@ -170,8 +170,8 @@ func served(p pinned, gateway string) bool {
 // probes queued behind the customers' calls would time out, call a busy gateway sick, and (if
 // its verdict entered the customer counts) open the breaker for everyone.
 //
-// tranglo: max_concurrent 4 per instance, timeout 3s, probe out_of_band every 500ms with a
-// 400ms probe_timeout; A, B and a `payrouter probe` process share one Redis. Twenty storefront
+// tranglo: max_concurrent 4 per instance, timeout 3s, probe out_of_band every 1s with an
+// 800ms probe_timeout; A, B and a `payrouter probe` process share one Redis. Twenty storefront
 // clients (ten per instance) charge pinned to tranglo for the load. Asserted:
 //   - every charge is answered: 201 by tranglo, or an honest 503 with the one attempt
 //     tranglo/bulkhead_full and Retry-After; most are bulkhead_full (the pool is saturated), and
@@ -184,22 +184,24 @@ func served(p pinned, gateway string) bool {
 //
 // Latency: the incident's tranglo answered in about 1.5s, within its timeout. gatewaysim delays
 // /health by the same latency (see the note at the top of this file), so at 1.5s every probe
-// would time out at 400ms and rightly call tranglo too slow: that is TestSlowGatewayProbeVerdict.
-// Here tranglo answers in 250ms: below probe_timeout with a 150ms margin for a healthy probe, yet
-// a probe that had to wait for a connection of the full customer pool (a call's 250ms at most)
-// and then for its own answer would pass 400ms (tried once on a copy of the code whose prober
-// used the customers' http.Client: 9 of 42 probes failed); and slow enough for ten clients per
-// instance to keep four slots busy.
+// would time out at 800ms and rightly call tranglo too slow: that is TestSlowGatewayProbeVerdict.
+// Here tranglo answers in 500ms: below probe_timeout with a 300ms margin for a healthy probe, yet
+// a probe that had to wait for a connection of the full customer pool (a call's 500ms at most)
+// and then for its own answer would pass 800ms more often than not (tried once, at 250ms against
+// 400ms, on a copy of the code whose prober used the customers' http.Client: 9 of 42 probes
+// failed); and slow enough for ten clients per instance to keep four slots busy. The margin was
+// 150ms (250ms against 400ms) until a probe of the healthy prober took longer on a CI machine
+// loaded by -race, two instances, PostgreSQL and twenty clients.
 //
-// Duration: the report describes a minute of saturation; 20s (forty probe intervals, some three
+// Duration: the report describes a minute of saturation; 20s (twenty probe intervals, some two
 // thousand charges) shows the same thing and keeps CI time down.
 func TestIncidentSaturationWhileProbing(t *testing.T) {
 	skipIfShort(t)
 	const (
 		slots              = 4
-		latency            = 250 * time.Millisecond
-		probeInterval      = 500 * time.Millisecond
-		probeTimeout       = 400 * time.Millisecond
+		latency            = 500 * time.Millisecond
+		probeInterval      = time.Second
+		probeTimeout       = 800 * time.Millisecond
 		load               = 20 * time.Second
 		clientsPerInstance = 10
 		pace               = 100 * time.Millisecond

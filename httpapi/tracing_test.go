@@ -60,9 +60,13 @@ func newTracedStack(t *testing.T) *tracedStack {
 	})
 
 	st, names := ts.stack, []string{"paywell", "ding"}
+	// No test here waits for a timeout: the gateway timeout and the budget are only bounds, wide
+	// enough that a simulator slowed by a loaded machine under -race still answers in time (at
+	// 300 ms, a charge meant to succeed was answered 202 after a timeout on a busy CI machine).
+	const timeout, budget = 10 * time.Second, 30 * time.Second
 	var settings []resilience.GatewaySettings
 	for _, n := range names {
-		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: 300 * time.Millisecond}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: time.Minute}}})
+		settings = append(settings, resilience.GatewaySettings{Name: n, TimeoutSettings: resilience.TimeoutSettings{Timeout: timeout}, BulkheadSettings: resilience.BulkheadSettings{MaxConcurrent: 4}, Breaker: resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: time.Minute}}})
 	}
 	metrics := telemetry.NewMetrics()
 	st.domains = resilience.NewDomains(settings, metrics)
@@ -88,14 +92,14 @@ func newTracedStack(t *testing.T) *tracedStack {
 	var err error
 	router, err := routing.New(routing.Config{
 		Routes:   []routing.Route{{Name: "default", Gateways: names}},
-		Gateways: adapters, Domains: st.domains, Budget: 2 * time.Second, Observer: metrics.RouterObserver(),
+		Gateways: adapters, Domains: st.domains, Budget: budget, Observer: metrics.RouterObserver(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := telemetry.NewLogger(ts.log, slog.LevelInfo)
 	st.payments = payments.New(payments.Config{Router: router, Keys: st.store, KeysTTL: time.Hour, Hold: time.Minute, Events: st.store,
-		Charges: st.store, Refunds: st.store, Queue: st.store, Budget: 2 * time.Second, Log: log, Observer: metrics.RouterObserver()})
+		Charges: st.store, Refunds: st.store, Queue: st.store, Budget: budget, Log: log, Observer: metrics.RouterObserver()})
 	deps := Deps{
 		Credentials: NewCredentials([]string{"key-1"}, ""), Payments: st.payments, Store: st.store, Domains: st.domains, Metrics: metrics,
 		Log:      log,
