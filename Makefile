@@ -54,15 +54,8 @@ run-fleet: build ## start PostgreSQL (temp dir), redis-server, the simulated gat
 	@bash scripts/run-fleet.sh
 
 .PHONY: test
-test: ## go vet, govulncheck (make vulncheck), the alert rules' promtool tests, the API spec's lint and generated clients (make api-clients), every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), the packaging checks (make package), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
-	$(GO) vet ./...
-	$(MAKE) vulncheck
-	bash scripts/check-alerts.sh
-	bash scripts/check-api-clients.sh
-	PAYROUTER_CONTRACT_SUITE=$(abspath $(CONTRACT_SUITE)) $(GO) test -race -count=1 -timeout 20m ./...
-	$(MAKE) package
-	$(MAKE) fuzz-short
-	$(MAKE) contract
+test: ## (scripts/test.sh: independent steps side by side, the time of each printed) go vet, govulncheck (make vulncheck), the alert rules' promtool tests, the API spec's lint and generated clients (make api-clients), every Go test with -race (unit, conformance, stores on a real PostgreSQL and Redis, e2e, the dashboard check), the packaging checks (make package), every fuzz target for FUZZTIME, then the contract suite: core in memory, all of it on PostgreSQL and Redis
+	GO='$(GO)' MAKE='$(MAKE)' PAYROUTER_CONTRACT_SUITE=$(abspath $(CONTRACT_SUITE)) bash scripts/test.sh
 
 # scripts/vulncheck.sh pins govulncheck and the golang.org/x/vulndb version it builds its database
 # from, and keeps both under VULNCHECK_CACHE (default ~/.cache/payrouter/vulncheck).

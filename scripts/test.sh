@@ -1,67 +1,72 @@
 #!/usr/bin/env bash
-# make test: every check of the repository, in the order that takes least time on a small
-# machine, with the time of each step at the end.
+# make test: every check of the repository, with what each took.
 #
-# The checks that mostly wait on the network or do little (go vet, govulncheck, the alert rules'
-# promtool tests, the API spec's lint and clients, which fetch from the module proxy and npm)
-# run beside the Go tests, each with its output kept and shown when it ends; the Go tests (unit,
-# stores, e2e, with -race) run alone in the foreground otherwise, since the e2e tests measure
-# real processes. The packaging checks, the fuzz targets and the contract suite follow them, one
-# after the other: each uses every core. Any failure fails the run, after every step has ended.
+#   1. the static checks, side by side: go vet, govulncheck (make vulncheck), the alert rules'
+#      promtool tests (make alerts) and the API spec's lint and generated clients (make
+#      api-clients). They share nothing, and most of their time is spent waiting on the Go module
+#      proxy and the npm registry or compiling tools, so they run at once; each one's output is
+#      kept in a file and printed whole, in order, when they are done.
+#   2. every Go test with -race (unit, conformance, the stores on a real PostgreSQL and Redis,
+#      e2e, the dashboard check): alone, because many e2e tests measure a real process's behaviour
+#      in time (a probe's margin, a cooldown) and a busy machine would only make them wait.
+#   3. the packaging checks (make package) and every fuzz target for FUZZTIME (make fuzz-short),
+#      side by side: building images is mostly disk, fuzzing mostly CPU.
+#   4. the contract suite (make contract), alone, for the same reason as 2.
+#
+# Any failing step fails the run, after the steps of its stage are done; the failures are named
+# at the end. Called by the Makefile with GO, MAKE and PAYROUTER_CONTRACT_SUITE set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-make="${MAKE:-make}"
 go="${GO:-go}"
+make="${MAKE:-make}"
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-declare -a names=() times=() results=()
-failed=0
+failed=()
+start=$SECONDS
 
-record() { # record NAME SECONDS STATUS
-  names+=("$1"); times+=("$2"); results+=("$3")
-  [[ $3 == ok ]] || failed=1
-}
+took() { printf 'make test: %-12s %s in %ds\n' "$1" "$2" "$3"; }
 
-step() { # step NAME COMMAND...: run in the foreground
-  local name=$1 start=$SECONDS; shift
-  echo "== make test: $name"
-  if "$@"; then record "$name" $((SECONDS - start)) ok; else record "$name" $((SECONDS - start)) FAILED; fi
-}
-
-# The side steps: started now, each in the background with its output in a file.
-declare -A pids=() began=()
-side() { # side NAME COMMAND...
-  local name=$1; shift
-  began[$name]=$SECONDS
-  ( "$@" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc"; echo $SECONDS >"$logs/$name.end" ) &
-  pids[$name]=$!
-}
-side_wait() {
-  local name
-  for name in vet vulncheck alerts api-clients; do
-    wait "${pids[$name]}"
-    echo "== make test: $name (ran beside the Go tests)"
-    cat "$logs/$name.log"
-    local rc end
-    rc=$(cat "$logs/$name.rc"); end=$(cat "$logs/$name.end")
-    if [[ $rc == 0 ]]; then record "$name" $((end - began[$name])) ok; else record "$name" $((end - began[$name])) FAILED; fi
+# together NAME CMD... [-- NAME CMD...]...: runs each command in the background with its output
+# in a file, waits for all, prints each output in order, and records the ones that failed.
+together() {
+  local names=() pids=() name cmd=()
+  while (($#)); do
+    name=$1; shift; cmd=()
+    while (($#)) && [[ $1 != -- ]]; do cmd+=("$1"); shift; done
+    (($#)) && shift
+    names+=("$name")
+    ( t=$SECONDS; "${cmd[@]}"; rc=$?; echo $((SECONDS - t)) >"$logs/$name.took"; exit $rc ) >"$logs/$name" 2>&1 &
+    pids+=("$!")
+  done
+  local i rcs=()
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"; rcs[i]=$?
+  done
+  for i in "${!names[@]}"; do
+    name=${names[$i]}
+    echo "=== $name"
+    cat "$logs/$name"
+    if ((rcs[i] == 0)); then took "$name" ok "$(cat "$logs/$name.took")"; else took "$name" FAILED "$(cat "$logs/$name.took")"; failed+=("$name"); fi
   done
 }
 
-side vet "$go" vet ./...
-side vulncheck "$make" --no-print-directory vulncheck
-side alerts bash scripts/check-alerts.sh
-side api-clients bash scripts/check-api-clients.sh
-step "go test -race ./..." env PAYROUTER_CONTRACT_SUITE="$CONTRACT_SUITE_DIR" "$go" test -race -count=1 -timeout 20m ./...
-side_wait
-step "package" "$make" --no-print-directory package
-step "fuzz-short" "$make" --no-print-directory fuzz-short
-step "contract" "$make" --no-print-directory contract
+# alone NAME CMD...: one step, its output as it comes.
+alone() {
+  local name=$1 t0=$SECONDS rc; shift
+  echo "=== $name"
+  "$@"; rc=$?
+  if ((rc == 0)); then took "$name" ok $((SECONDS - t0)); else took "$name" FAILED $((SECONDS - t0)); failed+=("$name"); fi
+}
 
-echo "== make test: the steps"
-for i in "${!names[@]}"; do
-  printf '  %-22s %5ss  %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"
-done
-echo "  total                  $((SECONDS))s"
-exit "$failed"
+together vet "$go" vet ./... -- vulncheck "$make" --no-print-directory vulncheck \
+  -- alerts bash scripts/check-alerts.sh -- api-clients bash scripts/check-api-clients.sh
+alone go-test "$go" test -race -count=1 -timeout 20m ./...
+together package "$make" --no-print-directory package -- fuzz-short "$make" --no-print-directory fuzz-short
+alone contract "$make" --no-print-directory contract
+
+if ((${#failed[@]})); then
+  echo "make test: FAILED (${failed[*]}) after $((SECONDS - start))s"
+  exit 1
+fi
+echo "make test: ok in $((SECONDS - start))s"
