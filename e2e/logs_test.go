@@ -253,10 +253,17 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	}
 	in.proc.out.mask(hide)
 
-	// One http.request line per request sent, found by the X-Request-Id each one carried.
+	// One http.request line per request sent, found by the X-Request-Id each one carried. Every
+	// line names the instance that wrote it, "<host>/serve/<pid>".
 	logged := map[string]bool{}
 	opened := map[string]bool{}
+	instance, unnamed := fmt.Sprintf("/serve/%d", in.proc.cmd.Process.Pid), 0
 	for _, l := range lines {
+		if name, _ := l["instance"].(string); !strings.HasSuffix(name, instance) || strings.HasPrefix(name, "/") {
+			if unnamed++; unnamed <= 3 {
+				t.Errorf("a line whose instance is %q, want <host>%s: %v", name, instance, l)
+			}
+		}
 		switch l["msg"] {
 		case "http.request":
 			id, _ := l["request_id"].(string)

@@ -131,7 +131,6 @@ type Service struct {
 // New wires cfg into a service, without listening or starting anything yet: Serve (or Start)
 // does. cfg must have passed Validate. On an error, what was opened is closed again.
 func New(ctx context.Context, cfg *config.Config, o Options) (*Service, error) {
-	host, _ := os.Hostname()
 	s := &Service{
 		cfg: cfg, role: cmpRole(o.Role), log: o.Log, metrics: telemetry.NewMetrics(),
 		path: o.Path, getenv: o.Getenv, adapters: map[string]payrouter.Gateway{},
@@ -143,13 +142,22 @@ func New(ctx context.Context, cfg *config.Config, o Options) (*Service, error) {
 	if o.LogSink != nil {
 		s.metrics.WatchLogSink(o.LogSink)
 	}
-	s.origin = fmt.Sprintf("%s/%s/%d", host, s.role, os.Getpid())
+	s.origin = InstanceName(s.role)
 	s.live.Store(cfg)
 	if err := s.build(ctx, cfg, o.Store); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// InstanceName is how a process names itself to the others and to ops: "<host>/<role>/<pid>".
+// It is the holder of its leases, the consumer of its queue tasks, the origin of the breaker
+// changes it shares, and the "instance" of every line it logs (cmd/payrouter adds it to the
+// logger), so that a line can be told from the same line of another instance.
+func InstanceName(r Role) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s/%d", host, cmpRole(r), os.Getpid())
 }
 
 func cmpRole(r Role) Role {
