@@ -131,6 +131,13 @@ func (c *Config) gatewayWarnings(gc Capacity, warn warnFunc) {
 		warn("%s.max_wait: %s waiting for a slot plus the %s timeout is %s, longer than request_timeout %s; a call that waits may be cut off before %s answers",
 			p, fmtDuration(g.MaxWait), fmtDuration(g.Timeout), fmtDuration(g.MaxWait+g.Timeout), fmtDuration(budget), name)
 	}
+	// A charge that times out is looked up at once (status), on the same request: the storefront
+	// gets its answer only after both, or 202 processing when the budget ends first.
+	charge, status := g.TimeoutFor(payrouter.OpCharge), g.TimeoutFor(payrouter.OpStatus)
+	if charge <= budget && charge+status > budget {
+		warn("%s: a charge that times out (%s) is looked up before it is answered (status, up to %s): %s in all, longer than request_timeout %s; such a charge may be answered 202 processing, its outcome left to the reconciler (raise request_timeout to %s, or lower operations.status.timeout)",
+			p, fmtDuration(charge), fmtDuration(status), fmtDuration(charge+status), fmtDuration(budget), fmtDuration(charge+status))
+	}
 	for _, op := range gc.Operations {
 		if op.Timeout > budget {
 			warn("%s.operations.%s.timeout: %s is longer than request_timeout %s; the call is cut off at %s at the latest",

@@ -64,6 +64,8 @@ func TestCheckWarnings(t *testing.T) {
 	}{
 		{"timeout above request_timeout", "timeout: 3s", "timeout: 12s",
 			[]string{"gateways.paywell.timeout: 12s is longer than request_timeout 10s; a call is cut off at 10s at the latest, so it never uses its full timeout"}},
+		{"a timeout and its look-up past request_timeout", "timeout: 3s", "timeout: 6s",
+			[]string{"gateways.paywell: a charge that times out (6s) is looked up before it is answered (status, up to 6s): 12s in all, longer than request_timeout 10s; such a charge may be answered 202 processing, its outcome left to the reconciler (raise request_timeout to 12s, or lower operations.status.timeout)"}},
 		{"operation timeout above request_timeout", "max_concurrent: 20", "max_concurrent: 20\n    operations: {refund: {timeout: 1m}}",
 			[]string{"gateways.paywell.operations.refund.timeout: 1m is longer than request_timeout 10s; the call is cut off at 10s at the latest"}},
 		{"max_wait past the budget", "max_concurrent: 20", "max_concurrent: 20\n    max_wait: 8s",
