@@ -466,10 +466,13 @@ func (b *Breaker) Force(f payrouter.Forced) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(time.Now())
-	from := b.shown()
+	from, was := b.shown(), b.forced
 	b.forced = f
 	b.forcing.Store(forcingOf(f))
 	b.report(from, b.countsLocked(mc))
+	if f != was {
+		b.obs.BreakerForced(b.gateway, b.op, f)
+	}
 }
 
 // Reset closes the breaker, clears its counts and its forcing. Calls admitted before the reset
@@ -480,11 +483,14 @@ func (b *Breaker) Reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.countsLocked(mc)
-	from := b.shown()
+	from, was := b.shown(), b.forced
 	b.setState(time.Now(), StateClosed)
 	b.forced = payrouter.ForcedNone
 	b.forcing.Store(&forcedNone)
 	b.report(from, c)
+	if was != payrouter.ForcedNone {
+		b.obs.BreakerForced(b.gateway, b.op, payrouter.ForcedNone)
+	}
 }
 
 // machineCounts reads the closed period's counts. Never with b.mu held: gobreaker takes its own

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -145,4 +146,28 @@ func TestResetIgnoresCallsAdmittedBefore(t *testing.T) {
 	done(unav)
 	expectState(t, b, StateClosed)
 	expectMoves(t, rec)
+}
+
+// TestForcedHeard: the observer hears each change of forcing, and only changes, so that a
+// forced state can be told from the breaker's own (circuit_breaker_forced). A reset clears a
+// forcing and says so; a reset of a breaker nobody forced says nothing.
+func TestForcedHeard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		b := NewBreaker("ding", payrouter.OpCharge, threeThenCool, rec)
+		b.Reset() // nothing forced: nothing to hear
+		b.Force(payrouter.ForcedClosed)
+		b.Force(payrouter.ForcedClosed) // the same again
+		feed(t, b, unav, unav, unav)    // a breaker forced closed does not trip, nor unforce
+		b.Force(payrouter.ForcedOpen)
+		b.Force(payrouter.ForcedNone)
+		b.Force(payrouter.ForcedOpen)
+		b.Reset()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		want := []string{"ding/charge=closed", "ding/charge=open", "ding/charge=", "ding/charge=open", "ding/charge="}
+		if !slices.Equal(rec.forced, want) {
+			t.Errorf("forcing heard %q, want %q", rec.forced, want)
+		}
+	})
 }

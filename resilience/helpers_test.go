@@ -34,6 +34,7 @@ type transition struct {
 type recorder struct {
 	mu          sync.Mutex
 	transitions []transition
+	forced      []string // "<gateway>/<op>=<forced>" for each BreakerForced
 	rejected    map[string]int
 	calls       []payrouter.Outcome
 	durations   []time.Duration
@@ -54,6 +55,12 @@ func (r *recorder) BreakerTransition(gateway string, op payrouter.Operation, fro
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.transitions = append(r.transitions, transition{gateway + "/" + string(op), from, to, c})
+}
+
+func (r *recorder) BreakerForced(gateway string, op payrouter.Operation, f payrouter.Forced) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forced = append(r.forced, gateway+"/"+string(op)+"="+string(f))
 }
 
 func (r *recorder) BreakerRejected(gateway string, op payrouter.Operation) {

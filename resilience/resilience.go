@@ -47,6 +47,11 @@ type Observer interface {
 	// the breaker's own (BreakerSettings.Cooldown), so a report never names another
 	// configuration's.
 	BreakerTransition(gateway string, op payrouter.Operation, from, to State, counts Counts, cooldown time.Duration)
+	// BreakerForced reports a change of what ops imposed on a breaker (payrouter.ForcedOpen,
+	// ForcedClosed, or ForcedNone when forcing is cleared), on this instance or shared by the
+	// fleet, in the order of the changes. A breaker forced closed shows the state closed, one
+	// forced open the state open: this is what tells them from the breaker's own.
+	BreakerForced(gateway string, op payrouter.Operation, forced payrouter.Forced)
 	// BreakerRejected reports a call refused by a breaker.
 	BreakerRejected(gateway string, op payrouter.Operation)
 	// CallDone reports every attempt Guard.Do made, refused ones included (breaker_open and
@@ -67,6 +72,9 @@ type NopObserver struct{}
 // BreakerTransition does nothing.
 func (NopObserver) BreakerTransition(string, payrouter.Operation, State, State, Counts, time.Duration) {
 }
+
+// BreakerForced does nothing.
+func (NopObserver) BreakerForced(string, payrouter.Operation, payrouter.Forced) {}
 
 // BreakerRejected does nothing.
 func (NopObserver) BreakerRejected(string, payrouter.Operation) {}

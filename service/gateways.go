@@ -20,6 +20,7 @@ func (s *Service) initMetrics(cfg *config.Config, names []string) {
 		for _, op := range payrouter.Operations {
 			if b := s.domains.Breaker(name, op); b != nil {
 				s.metrics.InitBreaker(name, op, b.State())
+				s.metrics.BreakerForced(name, op, b.Snapshot().Forced)
 				s.metrics.BreakerCooldown(name, op, g.Breaker.Cooldown)
 			}
 		}

@@ -17,9 +17,14 @@ import (
 // fails goes open→half_open→open once per cooldown, and a timestamp reset by each of those would
 // never grow past one cooldown. It moves only when the breaker leaves closed, so it measures how
 // long the gateway has been kept out, trials included (configs/prometheus/alerts.yml).
+//
+// forced is the other thing circuit_breaker_state cannot say: whether ops imposed the state. It is
+// a state set (one series per forced state, 1 for the one in force, 0 for the other), so that
+// "forced closed, and forgotten" can be graphed and alerted on.
 type breakerInfo struct {
 	cooldown *prometheus.GaugeVec
 	opened   *prometheus.GaugeVec
+	forced   *prometheus.GaugeVec
 }
 
 func newBreakerInfo() *breakerInfo {
@@ -32,6 +37,10 @@ func newBreakerInfo() *breakerInfo {
 			Name: "circuit_breaker_opened_timestamp_seconds",
 			Help: "Unix time each breaker last left closed (tripped, forced open, or half-opened by the fleet). A failed half-open trial re-opening it does not move it: while circuit_breaker_state is not 0, time() minus this is how long the gateway has been kept out.",
 		}, []string{"gateway", "operation"}),
+		forced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "circuit_breaker_forced",
+			Help: "1 for the state ops forced a breaker into (forced=\"open\" or \"closed\", through the admin API, shared by the fleet), 0 for the other; both 0 when the breaker runs by its own rules. circuit_breaker_state shows a forced state like the breaker's own.",
+		}, []string{"gateway", "operation", "forced"}),
 	}
 }
 
@@ -39,17 +48,33 @@ func newBreakerInfo() *breakerInfo {
 func (b *breakerInfo) Describe(ch chan<- *prometheus.Desc) {
 	b.cooldown.Describe(ch)
 	b.opened.Describe(ch)
+	b.forced.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (b *breakerInfo) Collect(ch chan<- prometheus.Metric) {
 	b.cooldown.Collect(ch)
 	b.opened.Collect(ch)
+	b.forced.Collect(ch)
 }
 
 // BreakerCooldown exports the configured cooldown of a breaker, set once at start-up.
 func (m *Metrics) BreakerCooldown(gateway string, op payrouter.Operation, cooldown time.Duration) {
 	m.breakerInfo.cooldown.WithLabelValues(gateway, string(op)).Set(cooldown.Seconds())
+}
+
+// BreakerForced implements resilience.Observer: the forced state set of a breaker. Service sets
+// it to ForcedNone at start-up (InitBreaker), so both series exist before the first change.
+func (m *Metrics) BreakerForced(gateway string, op payrouter.Operation, f payrouter.Forced) {
+	open, closed := 0.0, 0.0
+	switch f {
+	case payrouter.ForcedOpen:
+		open = 1
+	case payrouter.ForcedClosed:
+		closed = 1
+	}
+	m.breakerInfo.forced.WithLabelValues(gateway, string(op), "open").Set(open)
+	m.breakerInfo.forced.WithLabelValues(gateway, string(op), "closed").Set(closed)
 }
 
 // breakerLeftClosed records now as the time a breaker left closed, when from→to does that.

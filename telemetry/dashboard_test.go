@@ -47,6 +47,7 @@ func exportedSeries(t *testing.T) map[string][]string {
 	const gw, op = "paywell", payrouter.OpCharge
 	m.InitBreaker(gw, op, resilience.StateClosed)
 	m.BreakerCooldown(gw, op, 30*time.Second)
+	m.BreakerForced(gw, op, payrouter.ForcedNone)
 	o.BreakerTransition(gw, op, resilience.StateClosed, resilience.StateOpen, resilience.Counts{}, 30*time.Second)
 	o.BreakerRejected(gw, op)
 	o.CallDone(t.Context(), gw, op, payrouter.OutcomeTimeout, time.Second)

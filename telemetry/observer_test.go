@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,35 @@ func TestMetricsFamiliesExist(t *testing.T) {
 	for _, want := range []string{"circuit_breaker_state", "payrouter_fallbacks_total", "payrouter_http_request_duration_seconds", "go_goroutines", "process_cpu_seconds_total"} {
 		if !names[want] {
 			t.Errorf("registry lacks %s", want)
+		}
+	}
+}
+
+// TestForcedStateSet: circuit_breaker_forced shows what ops imposed, which circuit_breaker_state
+// cannot: a breaker forced closed reads state 0 like a healthy one, and forced="closed" 1.
+func TestForcedStateSet(t *testing.T) {
+	m := NewMetrics()
+	o := NewObserver(m, NewLogger(&bytes.Buffer{}, slog.LevelInfo))
+	b := resilience.NewBreaker("paywell", payrouter.OpCharge, resilience.BreakerSettings{BreakerRules: payrouter.BreakerRules{ConsecutiveFailures: 3, Cooldown: 4 * time.Second}}, o)
+	m.BreakerForced("paywell", payrouter.OpCharge, payrouter.ForcedNone) // as the service does at start-up
+	for _, step := range []struct {
+		force        payrouter.Forced
+		state        float64
+		open, closed float64
+	}{
+		{payrouter.ForcedNone, 0, 0, 0},
+		{payrouter.ForcedClosed, 0, 0, 1},
+		{payrouter.ForcedOpen, 1, 1, 0},
+		{payrouter.ForcedNone, 0, 0, 0},
+	} {
+		b.Force(step.force)
+		got := []float64{
+			testutil.ToFloat64(m.breakerState.WithLabelValues("paywell", "charge")),
+			testutil.ToFloat64(m.breakerInfo.forced.WithLabelValues("paywell", "charge", "open")),
+			testutil.ToFloat64(m.breakerInfo.forced.WithLabelValues("paywell", "charge", "closed")),
+		}
+		if want := []float64{step.state, step.open, step.closed}; !slices.Equal(got, want) {
+			t.Errorf("forced %q: circuit_breaker_state, forced open, forced closed = %v, want %v", step.force, got, want)
 		}
 	}
 }
