@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
@@ -21,7 +22,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 		f := newOpsFixture(t)
 		f.charge(t, payrouter.StatusProcessing)
 		f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_late"})
-		c, err := f.settler.Charge(t.Context(), again())
+		c, err := f.askAgain(t, again())
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
 			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
 		}
@@ -37,7 +38,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 			c.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeUnavailable, Reference: "ch_test-a1"}}
 		})
 		f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_2"}
-		c, err := f.settler.Charge(t.Context(), again())
+		c, err := f.askAgain(t, again())
 		if err != nil || c.Status != payrouter.StatusSucceeded {
 			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
 		}
@@ -48,10 +49,28 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 	t.Run("same key, another amount", func(t *testing.T) {
 		f := newOpsFixture(t)
 		f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) { c.Amount = 5 })
-		if _, err := f.settler.Charge(t.Context(), again()); payrouter.Code(err) != payrouter.EMismatch {
+		if _, err := f.askAgain(t, again()); payrouter.Code(err) != payrouter.EMismatch {
 			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
 		}
 	})
+}
+
+// askAgain sends c as CreateCharge does, under a key of its own: planned, claimed with the
+// charge (payrouter.Store.ClaimCharge), run.
+func (f *opsFixture) askAgain(t *testing.T, c *payrouter.Charge) (*payrouter.Charge, error) {
+	t.Helper()
+	plan, err := f.settler.router.Plan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.store.ClaimCharge(t.Context(), "shop", "again-"+t.Name(), "fp", time.Minute, c)
+	if err != nil || !claimed.Hold.Held() {
+		t.Fatalf("ClaimCharge: %+v, %v; want the key claimed", claimed, err)
+	}
+	if claimed.Stored || claimed.Prev == nil {
+		t.Fatalf("ClaimCharge: %+v; want the charge stored before returned, c not stored", claimed)
+	}
+	return f.settler.Charge(t.Context(), plan, c, claimed)
 }
 
 // TestQueuedVoidIsSent: a void of an approval no charge keeps, queued because the gateway did
