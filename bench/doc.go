@@ -48,7 +48,8 @@
 //
 // The database benchmarks share one PostgreSQL per test binary (pgstore/pgtest, started from
 // TestMain only when one of them runs), each test with a database of its own; pgtest runs it
-// without fsync or synchronous commit, so a commit costs less here than in production. To count
+// durable (pgtest.Durable: fsync and synchronous_commit on, as docs/postgresql.md recommends), so
+// a commit that wrote waits for its WAL to reach this machine's disk, as in production. To count
 // statements the first of them to run loads pg_stat_statements into it (shared_preload_libraries,
 // set with ALTER SYSTEM, then a restart), so that all of them measure the same server; without
 // the extension installed they count transactions (pg_stat_database) instead, the same number
