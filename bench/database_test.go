@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	s := startSims(t)
 	memory := s.startPayrouter(t, "payrouter-memory", instanceOptions{}).payrouterCharge(http.StatusCreated)
 	memory.Name = "memory"
-	database := s.startPayrouter(t, "payrouter-database", instanceOptions{databaseURL: dbURL}).payrouterCharge(http.StatusCreated)
+	database := s.startPayrouter(t, "payrouter-database", instanceOptions{databaseURL: tunedURL(t, dbURL)}).payrouterCharge(http.StatusCreated)
 	database.Name = "database"
 
 	// One answer of each looked at in full; the measured ones are checked by status only.
@@ -76,6 +77,27 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	if got := chargesByStatus(t, dbURL); !(len(got) == 1 && got["succeeded"] == sentDatabase) {
 		t.Errorf("the database holds charges %v; the database instance took %d, all succeeded", got, sentDatabase)
 	}
+}
+
+// tuneEnv adds URL parameters to the database URL of TestBenchDatabaseHealthyPath's database
+// instance, to size its pool and the server's group commit from a measurement
+// (docs/postgresql.md, Connections and sizing): pool_max_conns, and any setting a superuser may
+// set for a session, sent when each connection starts (commit_delay, commit_siblings), as
+// PAYROUTER_BENCH_DATABASE_PARAMS='pool_max_conns=8&commit_delay=100&commit_siblings=4'.
+const tuneEnv = "PAYROUTER_BENCH_DATABASE_PARAMS"
+
+// tunedURL is url with tuneEnv's parameters, said in the test's output.
+func tunedURL(t *testing.T, url string) string {
+	params := os.Getenv(tuneEnv)
+	if params == "" {
+		return url
+	}
+	fmt.Fprintf(t.Output(), "the database instance's URL has %s=%s\n", tuneEnv, params)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + params
 }
 
 // replayKeys is how many keys TestBenchDatabaseRoundTrips answers once and then replays in turn:
