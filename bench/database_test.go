@@ -40,7 +40,7 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	s := startSims(t)
 	memory := s.startPayrouter(t, "payrouter-memory", instanceOptions{}).payrouterCharge(http.StatusCreated)
 	memory.Name = "memory"
-	database := s.startPayrouter(t, "payrouter-database", instanceOptions{databaseURL: tunedURL(t, dbURL)}).payrouterCharge(http.StatusCreated)
+	database := s.startPayrouter(t, "payrouter-database", instanceOptions{databaseURL: dbURL}).payrouterCharge(http.StatusCreated)
 	database.Name = "database"
 
 	// One answer of each looked at in full; the measured ones are checked by status only.
@@ -79,25 +79,47 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	}
 }
 
-// tuneEnv adds URL parameters to the database URL of TestBenchDatabaseHealthyPath's database
-// instance, to size its pool and the server's group commit from a measurement
-// (docs/postgresql.md, Connections and sizing): pool_max_conns, and any setting a superuser may
-// set for a session, sent when each connection starts (commit_delay, commit_siblings), as
+// tuneEnv is the URL parameters TestBenchDatabaseTuning tries against the defaults: the pool's
+// size and the server's group commit, to size them from a measurement (docs/postgresql.md,
+// Connections and sizing): pool_max_conns, and any setting a superuser may set for a session,
+// sent as each connection starts (commit_delay, commit_siblings), as
 // PAYROUTER_BENCH_DATABASE_PARAMS='pool_max_conns=8&commit_delay=100&commit_siblings=4'.
 const tuneEnv = "PAYROUTER_BENCH_DATABASE_PARAMS"
 
-// tunedURL is url with tuneEnv's parameters, said in the test's output.
-func tunedURL(t *testing.T, url string) string {
+// TestBenchDatabaseTuning compares two database instances on the same PostgreSQL, side by side
+// as TestBenchDatabaseHealthyPath compares memory and database: one with the defaults (pool of
+// pgstore.DefaultMaxConns, no commit delay), one with tuneEnv's parameters. Run only when
+// tuneEnv is set; printed, never asserted.
+func TestBenchDatabaseTuning(t *testing.T) {
+	requireBench(t)
 	params := os.Getenv(tuneEnv)
 	if params == "" {
-		return url
+		t.Skip(tuneEnv + " not set: nothing to compare the defaults with")
 	}
-	fmt.Fprintf(t.Output(), "the database instance's URL has %s=%s\n", tuneEnv, params)
+	dbURL, counter := countedDatabase(t)
+	s := startSims(t)
 	sep := "?"
-	if strings.Contains(url, "?") {
+	if strings.Contains(dbURL, "?") {
 		sep = "&"
 	}
-	return url + sep + params
+	defaults := s.startPayrouter(t, "payrouter-defaults", instanceOptions{databaseURL: dbURL}).payrouterCharge(http.StatusCreated)
+	defaults.Name = "defaults"
+	tuned := s.startPayrouter(t, "payrouter-tuned", instanceOptions{databaseURL: dbURL + sep + params}).payrouterCharge(http.StatusCreated)
+	tuned.Name = "tuned"
+	checkSucceededAtPaywell(t, defaults)
+	checkSucceededAtPaywell(t, tuned)
+
+	tab := newTable(t.Output(), fmt.Sprintf("healthy path on the database store: the same payrouter with %s in its database URL vs with the defaults, on one PostgreSQL (%s)", params, counter.durability(t)), true)
+	for _, workers := range concurrencies {
+		base, subject := NewLoad(defaults, workers), NewLoad(tuned, workers)
+		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
+		base.Close()
+		subject.Close()
+		checkSamples(t, defaults, append(c.Base, c.WarmBase)...)
+		checkSamples(t, tuned, append(c.Subject, c.WarmSubject)...)
+		tab.add(workers, "defaults", "tuned", c)
+	}
+	tab.flush()
 }
 
 // replayKeys is how many keys TestBenchDatabaseRoundTrips answers once and then replays in turn:
