@@ -24,7 +24,7 @@ func storeCalls(s *Store) map[string]func(ctx context.Context) error {
 			return err
 		},
 		"ClaimCharge": func(ctx context.Context) error {
-			_, err := s.ClaimCharge(ctx, "", "k-outage-charge", fpA, time.Minute, testCharge("ch_outage", payrouter.StatusProcessing))
+			_, err := s.ClaimCharge(ctx, "", "k-outage-charge", fpA, time.Minute, testCharge("ch_outage_claimed", payrouter.StatusProcessing))
 			return err
 		},
 		"SaveCharge": func(ctx context.Context) error {
