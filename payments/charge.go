@@ -16,10 +16,10 @@ import (
 
 var _ routing.Keeper = (*Service)(nil)
 
-// Charge runs a new charge c, set by plan (routing.Router.Plan), whose key claimed is: stored by
-// the claim (claimed.Stored), its first gateway call needs no save; otherwise a charge with its id
-// was stored before (claimed.Prev, or read now when the claim could not read it): its request's
-// instance died mid-call and the Idempotency-Key it was sent with was free again (charge ids
+// Charge runs a new charge c, set by plan (routing.Router.Plan), once its key is claimed as
+// claimed says (payrouter.Store.ClaimCharge). When the claim stored c, its first gateway call
+// needs no save of its own. Otherwise a charge with its id was stored before (claimed.Prev, or
+// read now when the claim could not read it): its request's instance died mid-call and the Idempotency-Key it was sent with was free again (charge ids
 // derive from the key). Such a charge may have been approved, so it is answered as it stands
 // (looked up at its gateway first when still processing) and nothing is sent. One that no
 // gateway took (failed) is run again, its attempts numbered on from the last, so no reference is
