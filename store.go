@@ -89,6 +89,20 @@ type IdempotencyStore interface {
 	Peek(ctx context.Context, key, fingerprint string) (*IdempotencyRecord, error)
 }
 
+// Claimed is what Store.ClaimCharge came to: the record of a key completed before, or the
+// claim won, with the charge stored or the one found under its id.
+type Claimed struct {
+	// Record is the stored answer of a key completed before with the same fingerprint.
+	Record *IdempotencyRecord
+	// Hold is the claim, when won (Hold.Held).
+	Hold Hold
+	// Stored is true when the charge was stored as its first version.
+	Stored bool
+	// Prev is the charge stored before under the charge's id, when the claim was won and the
+	// charge not stored because of it.
+	Prev *Charge
+}
+
 // Forced is a state ops imposed on a breaker through the admin API; it holds until reset and
 // applies to every instance sharing the state store.
 type Forced string
@@ -321,6 +335,17 @@ type Store interface {
 	// ErrHoldLost when a later claim took the key; ErrStale when the charge changed since
 	// c.Stored, and then the key is not completed either.
 	CompleteCharge(ctx context.Context, c *Charge, h Hold, rec IdempotencyRecord, ttl time.Duration) error
+	// ClaimCharge claims key as Claim does and, when the claim is won, stores c, a new charge
+	// (c.Stored.Version 0), as its first version (events included) in the same step (one
+	// statement in the database): a new charge's one write before its gateway call. A key
+	// completed before returns its record (Claimed.Record) and writes nothing; ErrInFlight and
+	// ErrMismatch are Claim's, and nothing is stored then either. When the claim is won, c.Hold
+	// is set to it, and either c is stored (Claimed.Stored, c.Stored set) or a charge with c.ID
+	// was stored before (an earlier request with this key whose instance stopped mid-charge):
+	// c is not stored, and that charge is Claimed.Prev, or nil when the store could not read it
+	// in the same step (it was written a moment ago, by a holder now fenced off): the caller
+	// reads it (Charge). An error otherwise (the charge refused: ErrStateFull) holds nothing.
+	ClaimCharge(ctx context.Context, owner, key, fingerprint string, holdFor time.Duration, c *Charge) (Claimed, error)
 	// Ping reports whether the store answers; /readyz uses it.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,11 +25,12 @@ import (
 // the ratio is the price of a durable home for money, the one a fleet needs. Printed, never
 // asserted: the machine is shared.
 //
-// Two differences from production pull the ratio opposite ways. pgtest runs PostgreSQL with
-// fsync and synchronous_commit off, so a commit here costs no disk flush, where in production
-// (synchronous commit, perhaps a synchronous standby) each writing statement waits for one. And
-// here PostgreSQL shares the machine's 2 CPUs with the load generator and both payrouters, where
-// in production it has a machine of its own and a round trip is a network's. pg_stat_statements
+// The server runs as docs/postgresql.md tells users to run theirs (pgtest.Durable, TestMain):
+// fsync and synchronous_commit on, so each writing statement waits for its commit to reach the
+// disk, as in production (where a synchronous standby may add a network round trip to that).
+// One difference pulls the ratio down: here PostgreSQL shares the machine's 2 CPUs with the load
+// generator and both payrouters, where in production it has a machine of its own and a round
+// trip is a network's. pg_stat_statements
 // is loaded (countedDatabase), as in the other database benchmarks, so that the server is the
 // same whichever of them runs first (as in many production databases, it costs each statement a
 // little bookkeeping).
@@ -61,8 +63,8 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 		rates = append(rates, fmt.Sprintf("%.2fx with %s", Merge(c.Subject...).Rate()/Merge(c.Base...).Rate(), workersText(workers)))
 	}
 	tab.flush()
-	fmt.Fprintf(t.Output(), "database / memory req/s: %s (PostgreSQL without fsync or synchronous commit, on the same 2 CPUs; the database instance held %d connections to it after the loads)\n",
-		strings.Join(rates, ", "), counter.connections(t))
+	fmt.Fprintf(t.Output(), "database / memory req/s: %s (PostgreSQL with %s, on the same 2 CPUs; the database instance held %d connections to it after the loads)\n",
+		strings.Join(rates, ", "), counter.durability(t), counter.connections(t))
 
 	if t.Failed() {
 		return
@@ -75,6 +77,49 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	if got := chargesByStatus(t, dbURL); !(len(got) == 1 && got["succeeded"] == sentDatabase) {
 		t.Errorf("the database holds charges %v; the database instance took %d, all succeeded", got, sentDatabase)
 	}
+}
+
+// tuneEnv is the URL parameters TestBenchDatabaseTuning tries against the defaults: the pool's
+// size and the server's group commit, to size them from a measurement (docs/postgresql.md,
+// Connections and sizing): pool_max_conns, and any setting a superuser may set for a session,
+// sent as each connection starts (commit_delay, commit_siblings), as
+// PAYROUTER_BENCH_DATABASE_PARAMS='pool_max_conns=8&commit_delay=100&commit_siblings=4'.
+const tuneEnv = "PAYROUTER_BENCH_DATABASE_PARAMS"
+
+// TestBenchDatabaseTuning compares two database instances on the same PostgreSQL, side by side
+// as TestBenchDatabaseHealthyPath compares memory and database: one with the defaults (pool of
+// pgstore.DefaultMaxConns, no commit delay), one with tuneEnv's parameters. Run only when
+// tuneEnv is set; printed, never asserted.
+func TestBenchDatabaseTuning(t *testing.T) {
+	requireBench(t)
+	params := os.Getenv(tuneEnv)
+	if params == "" {
+		t.Skip(tuneEnv + " not set: nothing to compare the defaults with")
+	}
+	dbURL, counter := countedDatabase(t)
+	s := startSims(t)
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	defaults := s.startPayrouter(t, "payrouter-defaults", instanceOptions{databaseURL: dbURL}).payrouterCharge(http.StatusCreated)
+	defaults.Name = "defaults"
+	tuned := s.startPayrouter(t, "payrouter-tuned", instanceOptions{databaseURL: dbURL + sep + params}).payrouterCharge(http.StatusCreated)
+	tuned.Name = "tuned"
+	checkSucceededAtPaywell(t, defaults)
+	checkSucceededAtPaywell(t, tuned)
+
+	tab := newTable(t.Output(), fmt.Sprintf("healthy path on the database store: the same payrouter with %s in its database URL vs with the defaults, on one PostgreSQL (%s)", params, counter.durability(t)), true)
+	for _, workers := range concurrencies {
+		base, subject := NewLoad(defaults, workers), NewLoad(tuned, workers)
+		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
+		base.Close()
+		subject.Close()
+		checkSamples(t, defaults, append(c.Base, c.WarmBase)...)
+		checkSamples(t, tuned, append(c.Subject, c.WarmSubject)...)
+		tab.add(workers, "defaults", "tuned", c)
+	}
+	tab.flush()
 }
 
 // replayKeys is how many keys TestBenchDatabaseRoundTrips answers once and then replays in turn:
@@ -162,7 +207,7 @@ func TestBenchDatabaseRoundTrips(t *testing.T) {
 		return
 	}
 	w := t.Output()
-	counter.printStatements(w, "(d) database statements per request on the database store: a charge on the healthy path, a replay of an answered key, a charge declined (402), a full refund of a captured charge (201); last, per task, the worker's later work on the refunds' tasks (workers 1: the instance's queue consumer; requests: tasks acknowledged)", idle, runs)
+	counter.printStatements(t, w, "(d) database statements per request on the database store: a charge on the healthy path, a replay of an answered key, a charge declined (402), a full refund of a captured charge (201); last, per task, the worker's later work on the refunds' tasks (workers 1: the instance's queue consumer; requests: tasks acknowledged)", idle, runs)
 	rtt := counter.roundTrips(t, 1000)
 	fmt.Fprintf(w, "the instance held %d connections to its database after the loads; one round trip to this PostgreSQL (SELECT 1 from Go, one connection, %d in a row): p50 %s, p99 %s\n",
 		counter.connections(t), len(rtt.Latencies), formatDuration(rtt.Quantile(0.5)), formatDuration(rtt.Quantile(0.99)))
@@ -288,7 +333,7 @@ func TestBenchFastFailDatabase(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	counter.printStatements(t.Output(), "statements per fast-failed charge on the database store (goal, issue 11: none)", idle, runs)
+	counter.printStatements(t, t.Output(), "statements per fast-failed charge on the database store (goal, issue 11: none)", idle, runs)
 	if counter.perStatement {
 		fmt.Fprintf(t.Output(), "goal: none; measured %s\n", statementSummary(idle, runs))
 	}

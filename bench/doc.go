@@ -24,7 +24,9 @@
 //	                              made beforehand), and the worker's later work on each refund's
 //	                              task; from PostgreSQL's own pg_stat_statements, less the idle
 //	                              instance's background statements (the reconciler's and the
-//	                              worker's polls), counted apart over the same time
+//	                              worker's polls), counted apart over the same time; and the
+//	                              commits that wrote (transaction ids handed out) and the
+//	                              server's WAL, per request
 //	TestBenchBreakerAgreement     (e) two payrouters on one Redis (and one database): failing
 //	                              charges through A until its paywell/charge breaker opens, then
 //	                              the time until B's admin API shows it open (p50, p90, p99, max)
@@ -35,6 +37,10 @@
 //	                              of a payrouter on state.database_url against one in memory
 //	                              (req/s ratio), and the database statements per fast-failed
 //	                              charge, by statement, counted as in (d) (issue 11's goal: none)
+//	TestBenchDatabaseTuning       two payrouters on one database, the defaults against the URL
+//	                              parameters of PAYROUTER_BENCH_DATABASE_PARAMS (pool_max_conns,
+//	                              commit_delay): how docs/postgresql.md sizes them; run only
+//	                              when that is set
 //
 // (a) and (b) end with a "goal" line: the ratios their goals are stated in, beside the goals.
 // The in-process figures with goals are printed by resilience's TestBenchGuardGoals (Guard.Do
@@ -48,7 +54,8 @@
 //
 // The database benchmarks share one PostgreSQL per test binary (pgstore/pgtest, started from
 // TestMain only when one of them runs), each test with a database of its own; pgtest runs it
-// without fsync or synchronous commit, so a commit costs less here than in production. To count
+// durable (pgtest.Durable: fsync and synchronous_commit on, as docs/postgresql.md recommends), so
+// a commit that wrote waits for its WAL to reach this machine's disk, as in production. To count
 // statements the first of them to run loads pg_stat_statements into it (shared_preload_libraries,
 // set with ALTER SYSTEM, then a restart), so that all of them measure the same server; without
 // the extension installed they count transactions (pg_stat_database) instead, the same number

@@ -151,6 +151,23 @@ type statementCount struct {
 	calls    map[string]int64
 	walBytes map[string]int64
 	elapsed  time.Duration
+	// commits is the transactions that wrote (were given a transaction id: each writes a commit
+	// record, and with synchronous_commit on waits until the WAL holding it is flushed);
+	// serverWAL the WAL the whole server wrote (its insert position moved by), checkpoints' full
+	// page images included. Both are read at once from the server's shared state, unlike
+	// pg_stat_database and pg_stat_wal, which a busy backend reports at most once a second and
+	// an idle one up to 10 s late.
+	commits, serverWAL int64
+}
+
+// serverSnapshot reads the next transaction id the server will hand out and its WAL insert
+// position. Reading them assigns no id and writes nothing.
+func (c *statementCounter) serverSnapshot(t *testing.T) (nextXid, walPos int64) {
+	t.Helper()
+	if err := c.conn.QueryRow(t.Context(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&nextXid, &walPos); err != nil {
+		t.Fatalf("reading the next transaction id and the WAL position: %v", err)
+	}
+	return nextXid, walPos
 }
 
 // snapshot reads the calls and WAL bytes of every statement the database has run so far.
@@ -194,12 +211,15 @@ const transactions = "transactions (pg_stat_database: pg_stat_statements not ins
 func (c *statementCounter) during(t *testing.T, fn func()) statementCount {
 	t.Helper()
 	calls0, wal0 := c.snapshot(t)
+	xid0, pos0 := c.serverSnapshot(t)
 	start := time.Now()
 	fn()
 	time.Sleep(c.settle)
 	elapsed := time.Since(start)
+	xid1, pos1 := c.serverSnapshot(t)
 	calls1, wal1 := c.snapshot(t)
-	sc := statementCount{calls: map[string]int64{}, walBytes: map[string]int64{}, elapsed: elapsed}
+	sc := statementCount{calls: map[string]int64{}, walBytes: map[string]int64{}, elapsed: elapsed,
+		commits: xid1 - xid0, serverWAL: pos1 - pos0}
 	for n, v := range calls1 {
 		if d := v - calls0[n]; d != 0 {
 			sc.calls[n] = d
@@ -209,6 +229,23 @@ func (c *statementCounter) during(t *testing.T, fn func()) statementCount {
 		}
 	}
 	return sc
+}
+
+// setting is the server's value of a setting (SHOW).
+func (c *statementCounter) setting(t *testing.T, name string) string {
+	t.Helper()
+	var v string
+	if err := c.conn.QueryRow(t.Context(), `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+		t.Fatalf("reading %s: %v", name, err)
+	}
+	return v
+}
+
+// durability says how durable the server's commits are: its fsync, synchronous_commit and
+// full_page_writes.
+func (c *statementCounter) durability(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("fsync %s, synchronous_commit %s, full_page_writes %s", c.setting(t, "fsync"), c.setting(t, "synchronous_commit"), c.setting(t, "full_page_writes"))
 }
 
 // connections is how many connections the database has now (pg_stat_activity).
@@ -242,6 +279,7 @@ func (c *statementCounter) roundTrips(t *testing.T, n int) Sample {
 // first that the statement's text, its white space collapsed, contains): what a reader of the
 // counts needs is which store call a statement is. A statement none names is shown by its text.
 var statementNames = []struct{ contains, name string }{
+	{"WITH was AS", "claim the key and store the charge (ClaimCharge)"},
 	{"WITH claimed AS", "claim the key (Claim)"},
 	{"), done AS (", "complete the key and save the charge, with its events (CompleteCharge)"},
 	{"WITH hold AS", "save the charge at its version, fenced by the hold, with its events (SaveCharge)"},
@@ -412,6 +450,16 @@ func (r statementRun) walPerRequest(idle statementCount, name string) float64 {
 	return (float64(loaded) - float64(background)/idle.elapsed.Seconds()*r.count.elapsed.Seconds()) / float64(r.requests)
 }
 
+// commitsPerRequest and serverWALPerRequest are the run's writing commits and the server's WAL,
+// less the idle instance's at their rate over the same time, per request.
+func (r statementRun) commitsPerRequest(idle statementCount) float64 {
+	return (float64(r.count.commits) - float64(idle.commits)/idle.elapsed.Seconds()*r.count.elapsed.Seconds()) / float64(r.requests)
+}
+
+func (r statementRun) serverWALPerRequest(idle statementCount) float64 {
+	return (float64(r.count.serverWAL) - float64(idle.serverWAL)/idle.elapsed.Seconds()*r.count.elapsed.Seconds()) / float64(r.requests)
+}
+
 // formatCount prints a count per request with two decimals, and one that the background's
 // subtraction left a hair below zero as 0.00.
 func formatCount(v float64) string {
@@ -423,7 +471,7 @@ func formatCount(v float64) string {
 
 // printStatements writes the counts: a line per load with its statements per request, then a
 // line per statement with its calls per request in every load.
-func (c *statementCounter) printStatements(w io.Writer, title string, idle statementCount, runs []statementRun) {
+func (c *statementCounter) printStatements(t *testing.T, w io.Writer, title string, idle statementCount, runs []statementRun) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, title)
 	source := "pg_stat_statements (calls and WAL bytes of each statement in the instance's database)"
@@ -441,10 +489,11 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 	}
 	fmt.Fprintf(w, "idle instance (no traffic, %s): %s\n", idle.elapsed.Round(time.Millisecond), strings.Join(rates, ", "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "load\tworkers\trequests\tstatements\tof them background\tstatements per request\tround trips per request"
+	header := "load\tworkers\trequests\tstatements\tof them background\tstatements per request\tround trips per request\tcommits that wrote, per request"
 	if c.perStatement {
-		header += "\tWAL bytes per request"
+		header += "\tWAL bytes per request (statements)"
 	}
+	header += "\tWAL bytes per request (server)"
 	fmt.Fprintln(tw, header)
 	for _, r := range runs {
 		var total int64
@@ -452,13 +501,15 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 			total += v
 		}
 		per := formatCount(r.perRequest(idle, ""))
-		row := fmt.Sprintf("%s\t%d\t%d\t%d\t%.0f\t%s\t%s", r.name, r.workers, r.requests, total, idle.background("", r.count.elapsed), per, per)
+		row := fmt.Sprintf("%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s", r.name, r.workers, r.requests, total, idle.background("", r.count.elapsed), per, per, formatCount(r.commitsPerRequest(idle)))
 		if c.perStatement {
 			row += fmt.Sprintf("\t%.0f", r.walPerRequest(idle, ""))
 		}
+		row += fmt.Sprintf("\t%.0f", r.serverWALPerRequest(idle))
 		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "commits that wrote: transaction ids the server handed out (each such commit flushed, synchronous_commit %s); WAL (server): how far its WAL insert position moved, checkpoints' full page images included; both less the idle instance's at their rate\n", c.setting(t, "synchronous_commit"))
 	if !c.perStatement {
 		fmt.Fprintln(w, "round trips per request are its transactions: pgstore sends each statement alone (no batch, no pipeline) in a transaction of its own (no BEGIN)")
 		return
@@ -492,6 +543,7 @@ func (c *statementCounter) printStatements(w io.Writer, title string, idle state
 func TestStatementName(t *testing.T) {
 	tests := []struct{ query, want string }{
 		{"\nWITH claimed AS (\n\tINSERT INTO idempotency_keys AS k (key) VALUES ($1)", "claim the key (Claim)"},
+		{"\nWITH was AS (\n\tSELECT fingerprint FROM idempotency_keys WHERE key = $1\n), claimed AS (\n\tINSERT INTO idempotency_keys", "claim the key and store the charge (ClaimCharge)"},
 		{"SELECT charge, version FROM charges WHERE id = $1", "read the charge (Charge)"},
 		{"\nWITH lc AS (\n\tSELECT 1 FROM charges WHERE id = $6::text AND version = $9::bigint FOR UPDATE\n), lr AS (", "move a refund with its charge, task and events (ChangeRefund)"},
 		{"\nWITH hold AS (\n\tSELECT 1 FROM idempotency_keys WHERE key = $1 AND token = $2 AND expires_at > now() FOR UPDATE\n), saved AS (\n\tINSERT INTO charges AS c\n), done AS (\nUPDATE idempotency_keys k SET", "complete the key and save the charge, with its events (CompleteCharge)"},

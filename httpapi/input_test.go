@@ -32,6 +32,11 @@ func (k *keyRecorder) Claim(ctx context.Context, owner, key, fp string, holdFor 
 	return k.Store.Claim(ctx, owner, key, fp, holdFor)
 }
 
+func (k *keyRecorder) ClaimCharge(ctx context.Context, owner, key, fp string, holdFor time.Duration, c *payrouter.Charge) (payrouter.Claimed, error) {
+	k.note(key)
+	return k.Store.ClaimCharge(ctx, owner, key, fp, holdFor, c)
+}
+
 func (k *keyRecorder) Peek(ctx context.Context, key, fp string) (*payrouter.IdempotencyRecord, error) {
 	k.note(key)
 	return k.Store.Peek(ctx, key, fp)

@@ -1219,6 +1219,13 @@ func (s *flakyStore) Claim(ctx context.Context, owner, key, fp string, ttl time.
 	return s.Store.Claim(ctx, owner, key, fp, ttl)
 }
 
+func (s *flakyStore) ClaimCharge(ctx context.Context, owner, key, fp string, ttl time.Duration, c *payrouter.Charge) (payrouter.Claimed, error) {
+	if err := s.fail(); err != nil {
+		return payrouter.Claimed{}, err
+	}
+	return s.Store.ClaimCharge(ctx, owner, key, fp, ttl, c)
+}
+
 func (s *flakyStore) Peek(ctx context.Context, key, fp string) (*payrouter.IdempotencyRecord, error) {
 	if err := s.fail(); err != nil {
 		return nil, err

@@ -545,3 +545,24 @@ func TestBoundsKeysReserve(t *testing.T) {
 	}
 	checkUsage(t, s)
 }
+
+// A new charge its owner's share cannot take is refused by ClaimCharge as by SaveCharge (503,
+// sent again later), and its key is not left held by the refusal: the retry is not told 409.
+func TestBoundsClaimChargeRefusedHoldsNothing(t *testing.T) {
+	two := bytesOf(t, charge("ch_proc", payrouter.StatusProcessing), charge("ch_auth", payrouter.StatusRequiresCapture))
+	s := newStore(t, memstore.WithBounds(0, forCharges(two+two/8)))
+	save(t, s, charge("ch_proc", payrouter.StatusProcessing))
+	save(t, s, charge("ch_auth", payrouter.StatusRequiresCapture))
+	c := charge("ch_new", payrouter.StatusProcessing)
+	got, err := s.ClaimCharge(t.Context(), "", "k-new", "fp", time.Minute, c)
+	if !errors.Is(err, memstore.ErrFull) || !errors.Is(err, payrouter.ErrStateUnavailable) {
+		t.Fatalf("ClaimCharge = %+v, %v; want ErrFull and ErrStateUnavailable", got, err)
+	}
+	if c.Hold.Held() || got.Hold.Held() || present(t, s, "ch_new") {
+		t.Errorf("a refused ClaimCharge left a hold (%+v, %+v) or the charge stored", c.Hold, got.Hold)
+	}
+	if rec, err := s.Peek(t.Context(), "k-new", "fp"); rec != nil || err != nil {
+		t.Errorf("Peek of the refused key = %+v, %v; want it free", rec, err)
+	}
+	checkUsage(t, s)
+}

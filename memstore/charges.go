@@ -3,6 +3,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -257,4 +258,46 @@ func (s *Store) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payro
 		s.keep(rec.ChargeID, now.Add(ttl))
 	}
 	return nil
+}
+
+// ClaimCharge claims key as Claim does and, when the claim is won, stores c as its charge's
+// first version, under the same locks (payrouter.Store): a completed key's record is returned
+// and nothing written; a charge stored before under c.ID is returned as Claimed.Prev and c not
+// stored. A charge its owner's share cannot take is refused as SaveCharge refuses it, and the
+// key is not kept held for it.
+func (s *Store) ClaimCharge(ctx context.Context, owner, key, fingerprint string, holdFor time.Duration, c *payrouter.Charge) (payrouter.Claimed, error) {
+	if err := s.usable(ctx); err != nil {
+		return payrouter.Claimed{}, err
+	}
+	if err := checkCharge("claim charge", c); err != nil {
+		return payrouter.Claimed{}, err
+	}
+	if c.Stored.Version != 0 {
+		return payrouter.Claimed{}, fmt.Errorf("memstore: claim charge %s: not a new charge (version %d)", c.ID, c.Stored.Version)
+	}
+	if key == "" {
+		return payrouter.Claimed{}, errors.New("memstore: claim: empty key")
+	}
+	if holdFor <= 0 {
+		return payrouter.Claimed{}, errors.New("memstore: claim: hold must be positive")
+	}
+	now := s.now()
+	s.idemMu.Lock()
+	defer s.idemMu.Unlock()
+	rec, h, err := s.claim(owner, key, fingerprint, holdFor, now)
+	if err != nil || rec != nil {
+		return payrouter.Claimed{Record: rec}, err
+	}
+	s.chargeMu.Lock()
+	defer s.chargeMu.Unlock()
+	c.Hold = h
+	if prev, ok := s.charges[c.ID]; ok {
+		return payrouter.Claimed{Hold: h, Prev: cloneCharge(prev)}, nil
+	}
+	if err := s.putCharge(c); err != nil {
+		s.forget(key)
+		c.Hold = payrouter.Hold{}
+		return payrouter.Claimed{}, err
+	}
+	return payrouter.Claimed{Hold: h, Stored: true}, nil
 }

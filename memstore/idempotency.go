@@ -57,6 +57,11 @@ func (s *Store) Claim(ctx context.Context, owner, key, fingerprint string, holdF
 
 	s.idemMu.Lock()
 	defer s.idemMu.Unlock()
+	return s.claim(owner, key, fingerprint, holdFor, now)
+}
+
+// claim is Claim under idemMu, which the caller holds.
+func (s *Store) claim(owner, key, fingerprint string, holdFor time.Duration, now time.Time) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
 	s.sweep(now)
 	old, known := s.idem[key]
 	if known && !old.expired(now) {

@@ -221,6 +221,10 @@ func everyCall(s *memstore.Store) map[string]func(ctx context.Context) error {
 			return err
 		},
 		"Claim": func(ctx context.Context) error { _, _, err := s.Claim(ctx, owner, "k", "fp", time.Minute); return err },
+		"ClaimCharge": func(ctx context.Context) error {
+			_, err := s.ClaimCharge(ctx, owner, "k", "fp", time.Minute, &payrouter.Charge{ID: "ch_1", Status: payrouter.StatusProcessing})
+			return err
+		},
 		"Renew": func(ctx context.Context) error { return s.Renew(ctx, payrouter.Hold{Key: "k", Token: 1}, time.Minute) },
 		"Complete": func(ctx context.Context) error {
 			return s.Complete(ctx, payrouter.Hold{Key: "k", Token: 1}, payrouter.IdempotencyRecord{}, time.Minute)

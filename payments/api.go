@@ -27,9 +27,25 @@ func (s *Service) CreateCharge(ctx context.Context, r Request, c *payrouter.Char
 		return render(Result{Err: u})
 	}
 	var final *payrouter.Charge
-	a, err := s.idempotent(ctx, r, render, func(hold payrouter.Hold) (Result, *payrouter.Charge) {
+	plan, err := s.router.Plan(c)
+	if err != nil {
+		// No route for it: refused under its key like any refusal, so that a key answered
+		// before still replays.
+		return s.idempotent(ctx, r, render, nil, func(payrouter.Hold) (Result, *payrouter.Charge) {
+			return Result{Err: err}, nil
+		}, now)
+	}
+	// The key's claim stores the charge too, as the plan left it: one write before the
+	// gateway call (payrouter.Store.ClaimCharge).
+	var claimed payrouter.Claimed
+	claim := func(ctx context.Context, key string) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+		var err error
+		claimed, err = s.keys.ClaimCharge(ctx, r.Scope, key, r.Fingerprint, s.holdFor(), c)
+		return claimed.Record, claimed.Hold, err
+	}
+	a, err := s.idempotent(ctx, r, render, claim, func(hold payrouter.Hold) (Result, *payrouter.Charge) {
 		c.Hold = hold
-		ch, err := s.Charge(ctx, c)
+		ch, err := s.Charge(ctx, plan, c, claimed)
 		final = routing.FinalState(ch, err)
 		return Result{Charge: ch, Err: err}, final
 	}, now)
@@ -59,7 +75,7 @@ func (s *Service) changeOnce(ctx context.Context, r Request, id string, render R
 	if err := s.own(ctx, r.Scope, id); err != nil {
 		return Answer{}, err
 	}
-	return s.idempotent(ctx, r, render, func(payrouter.Hold) (Result, *payrouter.Charge) {
+	return s.idempotent(ctx, r, render, nil, func(payrouter.Hold) (Result, *payrouter.Charge) {
 		ch, err := change(ctx, id)
 		return Result{Charge: ch, Err: err}, nil
 	}, s.chargeNow(id))
@@ -72,7 +88,7 @@ func (s *Service) RefundCharge(ctx context.Context, r Request, chargeID, refundI
 	if err != nil {
 		return Answer{}, err
 	}
-	return s.idempotent(ctx, r, render, func(payrouter.Hold) (Result, *payrouter.Charge) {
+	return s.idempotent(ctx, r, render, nil, func(payrouter.Hold) (Result, *payrouter.Charge) {
 		// The charge read for its owner is the first try: should a refund of it have been
 		// written since, the store refuses the reservation and it is read again.
 		rf, err := s.refund(ctx, chargeID, c, amount, refundID)

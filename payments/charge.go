@@ -10,25 +10,29 @@ import (
 	"github.com/payrouter/payrouter/routing"
 )
 
-// A charge's first answer: the Service looks for the charge its id names first (its request's
-// instance may have died mid-call), then has its router run the attempts, writing for them
-// (routing.Keeper) every save they need.
+// A charge's first answer: the claim of its key has stored it (payrouter.Store.ClaimCharge), or
+// found the charge its id names stored before (its request's instance may have died mid-call);
+// then its router runs the attempts, writing for them (routing.Keeper) every save they need.
 
 var _ routing.Keeper = (*Service)(nil)
 
-// Charge runs a new charge through the router (routing.Router.Route), unless one with its id
-// was stored before: its request's instance died mid-call and the Idempotency-Key it was sent
-// with was free again (charge ids derive from the key). Such a charge may have been approved,
-// so it is answered as it stands (looked up at its gateway first when still processing) and
-// nothing is sent. One that no gateway took (failed) is run again, its attempts numbered on from
-// the last, so no reference is reused. The same key with another amount or currency is a
-// mismatch. Its answers are routing.Router.Route's; its final state is the caller's to store
-// (routing.FinalState).
-func (s *Service) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.Charge, error) {
-	if prev, done, err := s.existing(ctx, c); err != nil || done {
-		return prev, err
+// Charge runs a new charge c, set by plan (routing.Router.Plan), once its key is claimed as
+// claimed says (payrouter.Store.ClaimCharge). When the claim stored c, its first gateway call
+// needs no save of its own. Otherwise a charge with its id was stored before (claimed.Prev, or
+// read now when the claim could not read it): its request's instance died mid-call and the Idempotency-Key it was sent with was free again (charge ids
+// derive from the key). Such a charge may have been approved, so it is answered as it stands
+// (looked up at its gateway first when still processing) and nothing is sent. One that no
+// gateway took (failed) is run again, its attempts numbered on from the last, so no reference is
+// reused. The same key with another amount or currency is a mismatch. Its answers are
+// routing.Router.Run's; its final state is the caller's to store (routing.FinalState).
+func (s *Service) Charge(ctx context.Context, plan *routing.Plan, c *payrouter.Charge, claimed payrouter.Claimed) (*payrouter.Charge, error) {
+	if !claimed.Stored {
+		if prev, done, err := s.existing(ctx, c, claimed.Prev); err != nil || done {
+			return prev, err
+		}
 	}
-	ch, err := s.router.Route(ctx, c, s)
+	plan.Stored = claimed.Stored
+	ch, err := s.router.Run(ctx, plan, c, s)
 	if errors.Is(err, payrouter.ErrStale) {
 		// Resolved by another writer (a GET that looked it up, the reconciler) before a
 		// failover's next call: nothing more was sent, and it is answered as it stands.
@@ -37,12 +41,14 @@ func (s *Service) Charge(ctx context.Context, c *payrouter.Charge) (*payrouter.C
 	return ch, err
 }
 
-// existing looks for a charge stored under c's id before (Charge): done is true when it is
-// answered as it stands.
-func (s *Service) existing(ctx context.Context, c *payrouter.Charge) (prev *payrouter.Charge, done bool, err error) {
+// existing settles c against prev, the charge stored under its id before (read now when nil)
+// (Charge): done is true when it is answered as it stands.
+func (s *Service) existing(ctx context.Context, c, prev *payrouter.Charge) (_ *payrouter.Charge, done bool, err error) {
 	ctx, cancel := s.bounded(ctx)
 	defer cancel()
-	prev, err = s.charges.Charge(ctx, c.ID)
+	if prev == nil {
+		prev, err = s.charges.Charge(ctx, c.ID)
+	}
 	switch {
 	case errors.Is(err, payrouter.ErrNotFound):
 		return nil, false, nil

@@ -1,12 +1,17 @@
 package payments
 
 import (
+	"context"
 	"errors"
+	"maps"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
+	"github.com/payrouter/payrouter/memstore"
 )
 
 // TestChargeAskedAgainAfterItsInstanceDied: the instance running a charge died mid-call, its
@@ -21,7 +26,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 		f := newOpsFixture(t)
 		f.charge(t, payrouter.StatusProcessing)
 		f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_late"})
-		c, err := f.settler.Charge(t.Context(), again())
+		c, err := f.askAgain(t, again())
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.GatewayReference != "gw_late" {
 			t.Fatalf("charge asked again: %+v, %v; want the first one, succeeded at gw_late", c, err)
 		}
@@ -37,7 +42,7 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 			c.Attempts = []payrouter.Attempt{{Gateway: "paywell", Outcome: payrouter.OutcomeUnavailable, Reference: "ch_test-a1"}}
 		})
 		f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_2"}
-		c, err := f.settler.Charge(t.Context(), again())
+		c, err := f.askAgain(t, again())
 		if err != nil || c.Status != payrouter.StatusSucceeded {
 			t.Fatalf("charge asked again: %+v, %v; want it run again and succeeded", c, err)
 		}
@@ -48,10 +53,28 @@ func TestChargeAskedAgainAfterItsInstanceDied(t *testing.T) {
 	t.Run("same key, another amount", func(t *testing.T) {
 		f := newOpsFixture(t)
 		f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) { c.Amount = 5 })
-		if _, err := f.settler.Charge(t.Context(), again()); payrouter.Code(err) != payrouter.EMismatch {
+		if _, err := f.askAgain(t, again()); payrouter.Code(err) != payrouter.EMismatch {
 			t.Errorf("err %v; want %s", err, payrouter.EMismatch)
 		}
 	})
+}
+
+// askAgain sends c as CreateCharge does, under a key of its own: planned, claimed with the
+// charge (payrouter.Store.ClaimCharge), run.
+func (f *opsFixture) askAgain(t *testing.T, c *payrouter.Charge) (*payrouter.Charge, error) {
+	t.Helper()
+	plan, err := f.settler.router.Plan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := f.store.ClaimCharge(t.Context(), "shop", "again-"+t.Name(), "fp", time.Minute, c)
+	if err != nil || !claimed.Hold.Held() {
+		t.Fatalf("ClaimCharge: %+v, %v; want the key claimed", claimed, err)
+	}
+	if claimed.Stored || claimed.Prev == nil {
+		t.Fatalf("ClaimCharge: %+v; want the charge stored before returned, c not stored", claimed)
+	}
+	return f.settler.Charge(t.Context(), plan, c, claimed)
 }
 
 // TestQueuedVoidIsSent: a void of an approval no charge keeps, queued because the gateway did
@@ -104,5 +127,82 @@ func TestReleaseWaitsForItsChargeToBeDecided(t *testing.T) {
 	want := "void:" + payrouter.OperationReference(hedge, payrouter.OpVoid)
 	if calls := f.gw.Calls(); len(calls) != 2 || calls[1] != want {
 		t.Errorf("gateway calls %v; want the look-up, then %s", calls, want)
+	}
+}
+
+// countingStore counts the money-state writes and reads a charge makes, by method.
+type countingStore struct {
+	*memstore.Store
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (s *countingStore) count(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[method]++
+}
+
+func (s *countingStore) Claim(ctx context.Context, owner, key, fp string, holdFor time.Duration) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+	s.count("Claim")
+	return s.Store.Claim(ctx, owner, key, fp, holdFor)
+}
+
+func (s *countingStore) ClaimCharge(ctx context.Context, owner, key, fp string, holdFor time.Duration, c *payrouter.Charge) (payrouter.Claimed, error) {
+	s.count("ClaimCharge")
+	return s.Store.ClaimCharge(ctx, owner, key, fp, holdFor, c)
+}
+
+func (s *countingStore) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
+	s.count("SaveCharge")
+	return s.Store.SaveCharge(ctx, c)
+}
+
+func (s *countingStore) Charge(ctx context.Context, id string) (*payrouter.Charge, error) {
+	s.count("Charge")
+	return s.Store.Charge(ctx, id)
+}
+
+func (s *countingStore) CompleteCharge(ctx context.Context, c *payrouter.Charge, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error {
+	s.count("CompleteCharge")
+	return s.Store.CompleteCharge(ctx, c, h, rec, ttl)
+}
+
+// TestNewChargeTakesTwoStoreCalls (issue 21): a charge its gateway answers costs the money
+// state two calls, one round trip each on PostgreSQL: the key claimed with the charge stored as
+// processing before the gateway call (ClaimCharge), the final state with the key's answer after
+// (CompleteCharge). A replay of its key costs one call, which writes nothing.
+func TestNewChargeTakesTwoStoreCalls(t *testing.T) {
+	f := newOpsFixture(t, withKeys)
+	store := &countingStore{Store: f.store, calls: map[string]int{}}
+	f.settler.keys, f.settler.charges = store, store
+	f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_1"}
+	r := Request{Scope: "shop", Key: "order-1", Fingerprint: "fp"}
+	newCharge := func() *payrouter.Charge {
+		return &payrouter.Charge{ID: "ch_test", Owner: "shop", Amount: 1999, Currency: "USD", Capture: true,
+			PaymentMethod: payrouter.PaymentMethod{Type: "card", Token: "tok_visa"}}
+	}
+	a, err := f.settler.CreateCharge(t.Context(), r, newCharge(), renderCharge)
+	if err != nil || a.Status != 201 {
+		t.Fatalf("the charge: %d %s, %v", a.Status, a.Body, err)
+	}
+	if want := map[string]int{"ClaimCharge": 1, "CompleteCharge": 1}; !maps.Equal(store.calls, want) {
+		t.Errorf("a charge made store calls %v; want %v", store.calls, want)
+	}
+	if got := f.gw.Calls(); len(got) != 1 || got[0] != "authorize:ch_test-a1" {
+		t.Errorf("gateway calls %v; want [authorize:ch_test-a1]", got)
+	}
+	if c := f.stored(t); c.Status != payrouter.StatusSucceeded || c.Stored.Version != 2 {
+		t.Errorf("stored %s at version %d; want succeeded at 2 (claimed, completed)", c.Status, c.Stored.Version)
+	}
+
+	clear(store.calls)
+	a, err = f.settler.CreateCharge(t.Context(), r, newCharge(), renderCharge)
+	if err != nil || !a.Replayed {
+		t.Fatalf("the replay: %d %s, %v", a.Status, a.Body, err)
+	}
+	// The replay renders the charge as it stands now: one read more.
+	if want := map[string]int{"ClaimCharge": 1, "Charge": 1}; !maps.Equal(store.calls, want) {
+		t.Errorf("a replay made store calls %v; want %v", store.calls, want)
 	}
 }

@@ -51,12 +51,17 @@ type Result struct {
 // Render turns a Result into the answer sent for it (httpapi's views and problems).
 type Render func(Result) (Answer, error)
 
-// KeyStore keeps idempotency keys, and completes one with the final state of its charge in one
-// step (payrouter.Store).
+// KeyStore keeps idempotency keys, claims one with the first version of its charge, and
+// completes one with the final state of its charge, each in one step (payrouter.Store).
 type KeyStore interface {
 	payrouter.IdempotencyStore
+	ClaimCharge(ctx context.Context, owner, key, fingerprint string, holdFor time.Duration, c *payrouter.Charge) (payrouter.Claimed, error)
 	CompleteCharge(ctx context.Context, c *payrouter.Charge, h payrouter.Hold, rec payrouter.IdempotencyRecord, ttl time.Duration) error
 }
+
+// claim takes a request's key (the store's form of it, payrouter.IdempotencyStoreKey) as
+// payrouter.IdempotencyStore.Claim does; nil is that Claim.
+type claim func(ctx context.Context, key string) (*payrouter.IdempotencyRecord, payrouter.Hold, error)
 
 // kept reports whether the answer to an operation that came to err is stored for its key: one
 // whose gateway had its say (err nil, whatever the charge's status; or the gateway refused the
@@ -77,8 +82,14 @@ type current func(ctx context.Context) (res Result, ok bool, err error)
 // idempotent runs op at most once per key (the protocol above). The answer is stored even when
 // the client has gone: it is what a retry will get. The error is one the protocol met (the key
 // in flight or used with another body, the store away, the hold lost): nothing was answered.
-func (s *Service) idempotent(ctx context.Context, r Request, render Render, op operation, now current) (Answer, error) {
-	rec, hold, err := s.keys.Claim(ctx, r.Scope, payrouter.IdempotencyStoreKey(r.Scope, r.Key), r.Fingerprint, s.holdFor())
+// take claims the key (nil: Claim); a new charge's claim stores the charge too (CreateCharge).
+func (s *Service) idempotent(ctx context.Context, r Request, render Render, take claim, op operation, now current) (Answer, error) {
+	if take == nil {
+		take = func(ctx context.Context, key string) (*payrouter.IdempotencyRecord, payrouter.Hold, error) {
+			return s.keys.Claim(ctx, r.Scope, key, r.Fingerprint, s.holdFor())
+		}
+	}
+	rec, hold, err := take(ctx, payrouter.IdempotencyStoreKey(r.Scope, r.Key))
 	if err != nil {
 		return Answer{}, err
 	}

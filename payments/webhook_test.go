@@ -158,8 +158,11 @@ func TestGatewayWebhookRacesTheRequestAndTheReconciler(t *testing.T) {
 		f.gw.authorize = payrouter.Result{Outcome: payrouter.OutcomePending, State: payrouter.TxPending, GatewayReference: "gw_1"}
 		f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxCaptured, GatewayReference: "gw_1"})
 		r := Request{Scope: "shop", Key: fmt.Sprintf("order-%d", i), Fingerprint: "fp"}
-		charge := &payrouter.Charge{ID: "ch_test", Owner: "shop", Amount: 1999, Currency: "USD", Capture: true,
-			PaymentMethod: payrouter.PaymentMethod{Type: "card", Token: "tok_visa"}}
+		newCharge := func() *payrouter.Charge { // as each request decodes it
+			return &payrouter.Charge{ID: "ch_test", Owner: "shop", Amount: 1999, Currency: "USD", Capture: true,
+				PaymentMethod: payrouter.PaymentMethod{Type: "card", Token: "tok_visa"}}
+		}
+		charge := newCharge()
 
 		// The gateway calls back once it has the charge: the racers start as it arrives there,
 		// while its request has yet to store the answer.
@@ -208,7 +211,7 @@ func TestGatewayWebhookRacesTheRequestAndTheReconciler(t *testing.T) {
 		if !strings.Contains(string(answer.Body), "succeeded") && !strings.Contains(string(answer.Body), "processing") {
 			t.Fatalf("run %d: the request answered %d %s", i, answer.Status, answer.Body)
 		}
-		replay, err := f.settler.CreateCharge(t.Context(), r, charge, renderCharge)
+		replay, err := f.settler.CreateCharge(t.Context(), r, newCharge(), renderCharge)
 		if err != nil || !replay.Replayed || !strings.Contains(string(replay.Body), "succeeded") {
 			t.Fatalf("run %d: the key's replay: %d %s %v; want the charge succeeded", i, replay.Status, replay.Body, err)
 		}

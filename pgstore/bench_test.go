@@ -31,8 +31,8 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 var memNsPerOp float64
 
 // BenchmarkChargePath measures the money-state work of one charge: the idempotency key
-// claimed, the charge saved as processing under the hold (fenced) before the gateway call,
-// then the final charge and the answer stored together (CompleteCharge). memstore runs the same
+// claimed with the charge stored as processing (ClaimCharge) before the gateway call, then the
+// final charge and the answer stored together (CompleteCharge). memstore runs the same
 // sequence first as the baseline; pgstore reports its round trips per charge and its time as a
 // multiple of memstore's. Skipped unless PAYROUTER_BENCH=1:
 //
@@ -78,21 +78,18 @@ func chargePath(b *testing.B, s payrouter.Store) {
 var benchRecord = payrouter.IdempotencyRecord{Fingerprint: fpA, Status: 201,
 	Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch","status":"succeeded"}`)}
 
-// chargeOnce is the store's part of charge n: claim, fenced processing save, CompleteCharge.
+// chargeOnce is the store's part of charge n: ClaimCharge (the key and the processing charge),
+// then CompleteCharge.
 func chargeOnce(b *testing.B, s payrouter.Store, n int) {
 	ctx := b.Context()
 	key, id := "bench-"+strconv.Itoa(n), "ch_bench_"+strconv.Itoa(n)
-	_, h, err := s.Claim(ctx, "", key, fpA, 10*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
 	c := testCharge(id, payrouter.StatusProcessing)
-	c.Hold = h
-	if err := s.SaveCharge(ctx, c); err != nil {
-		b.Fatal(err)
+	claimed, err := s.ClaimCharge(ctx, "", key, fpA, 10*time.Second, c)
+	if err != nil || !claimed.Stored {
+		b.Fatal(claimed, err)
 	}
 	c.Status, c.Gateway = payrouter.StatusSucceeded, "paywell"
-	if err := s.CompleteCharge(ctx, c, h, benchRecord, time.Hour); err != nil {
+	if err := s.CompleteCharge(ctx, c, claimed.Hold, benchRecord, time.Hour); err != nil {
 		b.Fatal(err)
 	}
 }

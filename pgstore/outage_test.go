@@ -23,6 +23,10 @@ func storeCalls(s *Store) map[string]func(ctx context.Context) error {
 			_, _, err := s.Claim(ctx, "", "k-outage", fpA, time.Minute)
 			return err
 		},
+		"ClaimCharge": func(ctx context.Context) error {
+			_, err := s.ClaimCharge(ctx, "", "k-outage-charge", fpA, time.Minute, testCharge("ch_outage_claimed", payrouter.StatusProcessing))
+			return err
+		},
 		"SaveCharge": func(ctx context.Context) error {
 			return s.SaveCharge(ctx, testCharge("ch_outage", payrouter.StatusProcessing))
 		},

@@ -25,7 +25,8 @@
 //     changed by a concurrent transaction and re-checking their conditions on it (fenced
 //     writes, Take, the retention sweep);
 //   - data-modifying statements in WITH, run as one statement, one feeding another through
-//     RETURNING (CompleteCharge);
+//     RETURNING (CompleteCharge, ClaimCharge), and an INSERT whose SELECT finds no row locking
+//     nothing (ClaimCharge's replay of a completed key writes nothing);
 //   - a sequence (nextval) for the fencing tokens, jsonb and bytea columns, now();
 //   - session advisory locks (pg_try_advisory_lock) for goose's migration lock.
 //

@@ -253,6 +253,10 @@ type hedgedRun struct {
 	// and a flight not yet sent then is not sent at all.
 	at     payrouter.Stored
 	closed bool
+	// claimed is the charge as the claim of its key stored it (Plan.Stored: processing, naming
+	// the first candidate and its reference, no attempt yet), until a flight's save: the first
+	// flight, naming the same, needs no save of its own. nil: every flight saves.
+	claimed *payrouter.Charge
 	// deadline is the budget's end: flights outlive the charge's answer but not the budget.
 	deadline time.Time
 	// budget is the route's hedge budget: the void of an approval that lost is paid from it.
@@ -286,6 +290,9 @@ type hedgedRun struct {
 func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
 	budget.charge()
 	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored, budget: budget}
+	if run.stored {
+		h.claimed = &payrouter.Charge{Gateway: run.c.Gateway, Reference: run.c.Reference, Attempts: run.c.Attempts}
+	}
 	defer h.close()
 	if deadline, ok := ctx.Deadline(); ok {
 		h.deadline = deadline
@@ -447,6 +454,12 @@ func (h *hedgedRun) storeBeforeCall(ctx context.Context, snapshot *payrouter.Cha
 	defer h.storeMu.Unlock()
 	if h.storeErr != nil || h.closed {
 		return false
+	}
+	claimed := h.claimed
+	h.claimed = nil
+	if claimed != nil && snapshot.Gateway == claimed.Gateway && snapshot.Reference == claimed.Reference &&
+		len(snapshot.Attempts) == len(claimed.Attempts) {
+		return true // stored so by the claim of its key
 	}
 	snapshot.Stored = h.at
 	if err := h.keep.SaveCharge(ctx, snapshot); err != nil {

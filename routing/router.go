@@ -178,32 +178,68 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
-// Route runs a new charge's attempts: tried at each candidate gateway under the failover rules, stored by
-// keep as processing just before each gateway call (so that a crash mid-call leaves it for
-// reconciliation). Its final state is the caller's to store (FinalState says which charge),
-// with the answer to its idempotency key in one step (payrouter.Store.CompleteCharge): one
-// write per charge less. A charge no gateway was called for is never stored: during an outage
-// the fast 503 path writes nothing. It returns the charge, or a *fallback.Unavailable when no
-// gateway could take it, or payrouter.ErrStale when another writer resolved the charge before
-// a failover's next call (nothing more was sent). The budget runs from the call, and a caller
-// that goes away does not cancel gateway calls under way: a charge cut off mid-call would
-// become an unknown outcome.
-func (r *Router) Route(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
+// Plan is a new charge's way through the router, chosen before anything is stored or sent
+// (Router.Plan): the table it runs on, its route and its candidate gateways in order.
+type Plan struct {
+	tab        *table
+	route      string
+	candidates []string
+	// Stored says that the caller has stored the charge as Plan left it (processing, naming
+	// the first candidate and its reference), in the write that claimed its idempotency key
+	// (payrouter.Store.ClaimCharge): the first gateway call is then made without a save of
+	// its own. false: Run stores the charge before its first call, as before every call.
+	Stored bool
+}
+
+// Plan chooses c's route and candidates on the configuration in use, and sets c as it is to be
+// stored before its first gateway call: processing, on its route, created now, naming the first
+// candidate and the reference of its next attempt. Nothing is stored or sent: Run does the rest.
+// It fails as Route does when no route matches or the pinned gateway is not configured.
+func (r *Router) Plan(c *payrouter.Charge) (*Plan, error) {
 	tab := r.table()
 	route, candidates, err := r.candidates(tab, c)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
-	defer cancel()
-
 	c.Route = route
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
-	run := chargeRun{r: r, tab: tab, c: c, keep: keep}
-	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
-	unavailable := run.attempt(ctx, candidates)
+	if len(candidates) > 0 {
+		c.Gateway, c.Reference = candidates[0], payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
+	}
+	return &Plan{tab: tab, route: route, candidates: candidates}, nil
+}
+
+// Route runs a new charge's attempts (Plan, then Run): tried at each candidate gateway under the
+// failover rules, stored by keep as processing just before each gateway call (so that a crash
+// mid-call leaves it for reconciliation). Its final state is the caller's to store (FinalState
+// says which charge), with the answer to its idempotency key in one step
+// (payrouter.Store.CompleteCharge): one write per charge less. A charge no gateway was called
+// for is never stored: during an outage the fast 503 path writes nothing. It returns the charge,
+// or a *fallback.Unavailable when no gateway could take it, or payrouter.ErrStale when another
+// writer resolved the charge before a failover's next call (nothing more was sent). The budget
+// runs from the call, and a caller that goes away does not cancel gateway calls under way: a
+// charge cut off mid-call would become an unknown outcome.
+func (r *Router) Route(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
+	plan, err := r.Plan(c)
+	if err != nil {
+		return nil, err
+	}
+	return r.Run(ctx, plan, c, keep)
+}
+
+// Run runs the attempts of c, set by Plan, as Route describes. When plan.Stored, c is in the
+// store as Plan left it: its first call needs no save, and should no gateway be called at all
+// its final state (failed) is still the caller's to store (FinalState), since the charge exists.
+func (r *Router) Run(ctx context.Context, plan *Plan, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
+	tab := plan.tab
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
+	defer cancel()
+
+	run := chargeRun{r: r, tab: tab, c: c, keep: keep, stored: plan.Stored}
+	run.hedge, run.hedgeBudget = tab.hedgeOf(plan.route)
+	unavailable := run.attempt(ctx, plan.candidates)
 	if run.storeErr != nil {
 		// Nothing was sent: with the database away this is 503 state-unavailable, with the
 		// hold lost to a later request (payrouter.ErrHoldLost) that request answers.

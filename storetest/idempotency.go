@@ -159,12 +159,37 @@ func testFirstCompleteWins(t *testing.T, s payrouter.Store) {
 
 // testCompleteUnclaimed: a holder whose hold ran out (it was slow, not crashed) still stores its
 // answer while nobody took the key, since a gateway was asked and a retry must not charge again.
+//
+// The store's clock decides: the hold runs out after holdFor, and the claim counts as gone one
+// holdFor later. So the test waits on the store (Peek finds the key no longer in flight) rather
+// than sleeping a guess, and completes at once; should the machine stall it past the claim's
+// end too (Complete then rightly refuses), it tries again with a hold twice as long. A store
+// that refuses every time fails after the longest.
 func testCompleteUnclaimed(t *testing.T, s payrouter.Store) {
-	h := mustClaimNewFor(t, s, "k-unclaimed", fpA, shortTTL)
-	time.Sleep(shortTTL + shortTTL/2)
+	ctx := t.Context()
 	rec := newRecord(fpA)
-	mustComplete(t, s, h, rec, longTTL)
-	wantReplay(t, s, "k-unclaimed", fpA, rec)
+	for hold := shortTTL; hold <= 32*shortTTL; hold *= 2 {
+		key := "k-unclaimed-" + hold.String()
+		h := mustClaimNewFor(t, s, key, fpA, hold)
+		waitFor(t, "the hold to run out", func() (bool, error) {
+			_, err := s.Peek(ctx, key, fpA)
+			if errors.Is(err, payrouter.ErrInFlight) {
+				return false, nil
+			}
+			return true, err
+		})
+		err := s.Complete(ctx, h, rec, longTTL)
+		if errors.Is(err, payrouter.ErrHoldLost) {
+			t.Logf("Complete with a hold of %v came after the claim's end (%v); again with a longer hold", hold, err)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Complete after the hold ran out, nobody having taken the key: %v", err)
+		}
+		wantReplay(t, s, key, fpA, rec)
+		return
+	}
+	t.Fatal("Complete after the hold ran out was refused every time, the longest hold included; want the answer stored while nobody took the key")
 }
 
 // testHoldLost: a holder that stalled past its hold, after a later request took the key, can

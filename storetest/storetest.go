@@ -58,6 +58,12 @@ func Run(t *testing.T, newStore func(t *testing.T) payrouter.Store) {
 		{"idempotency/concurrent claims", testConcurrentClaims},
 		{"idempotency/invalid", testIdempotencyInvalid},
 
+		{"claim charge/a new key stores its charge, a replay writes nothing", testClaimCharge},
+		{"claim charge/a key in flight stores nothing", testClaimChargeInFlight},
+		{"claim charge/after a stall the charge is found and its holder fenced off", testClaimChargeAfterStall},
+		{"claim charge/concurrent", testConcurrentClaimCharges},
+		{"claim charge/invalid", testClaimChargeInvalid},
+
 		{"refunds/save and get", testRefundSaveAndGet},
 		{"refunds/not found", testRefundNotFound},
 		{"refunds/invalid", testRefundInvalid},

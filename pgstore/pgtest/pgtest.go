@@ -1,7 +1,8 @@
 // Package pgtest runs a real, throwaway PostgreSQL for tests: the money store is tested against
 // the database it runs on in production, never a fake (docs/architecture.md, Testing). One server
 // runs per test binary, in a temporary directory, on a free loopback port, with durability off for
-// speed; each test takes a database of its own from it (NewDatabase).
+// speed (unless the binary asks for Durable); each test takes a database of its own from it
+// (NewDatabase).
 //
 // A package using it runs its tests through Main (or Run), which stops the server and removes
 // its directory when the tests end:
@@ -47,20 +48,33 @@ const install = "apt-get install postgresql"
 var (
 	mu      sync.Mutex
 	inMain  bool
+	durable bool
 	srv     *server
 	srvErr  error // why the server could not be set up; every later Start fails the same way
 	missing string
 	dbSeq   atomic.Int64
 )
 
+// Option changes how the test binary's server runs (Main, Run).
+type Option func()
+
+// Durable runs the server as docs/postgresql.md tells users to run theirs: fsync,
+// synchronous_commit and full_page_writes on (PostgreSQL's defaults), so that every commit that
+// wrote waits for its WAL to reach the disk. It is for benchmarks of what a commit costs; tests
+// keep the fast server, whose answers are the same.
+func Durable() { durable = true }
+
 // Main runs the tests of m through Run and exits with their code. Call it from TestMain.
-func Main(m *testing.M) { os.Exit(Run(m)) }
+func Main(m *testing.M, opts ...Option) { os.Exit(Run(m, opts...)) }
 
 // Run runs the tests of m, then stops the server if one was started and removes its directory,
 // and returns the tests' code: for a TestMain with clean-up of its own after the tests.
-func Run(m *testing.M) int {
+func Run(m *testing.M, opts ...Option) int {
 	mu.Lock()
 	inMain = true
+	for _, o := range opts {
+		o()
+	}
 	mu.Unlock()
 	code := m.Run()
 	mu.Lock()
@@ -294,7 +308,10 @@ func findBin(debian string) (dir, missing string) {
 // start starts the server on s.port and waits until it accepts connections. The socket is in
 // the server's own directory, so nothing of the system's PostgreSQL is touched.
 func (s *server) start() error {
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.port, s.dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", s.port, s.dir)
+	if !durable {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	if err := s.pgCtl("start", "-D", s.data, "-l", filepath.Join(s.dir, "postgres.log"), "-w", "-t", "60", "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
 		return fmt.Errorf("pgtest: starting PostgreSQL on port %d: %w\nits log:\n%s", s.port, err, log)
