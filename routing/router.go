@@ -112,6 +112,8 @@ func (r *Router) fallbacks(settings fallback.Settings) fallback.Fallbacks {
 // over to the next table by name.
 type table struct {
 	routes []Route
+	// index finds the first route matching a charge among routes (index.go).
+	index *routeIndex
 	// gw is the adapters and the failure domains every gateway call of a charge goes through.
 	gw *Gateways
 	// fallbacks answers a charge no gateway took. Its use is counted by the API, which answers
@@ -160,22 +162,25 @@ func (r *Router) Gateways() *Gateways { return r.table().gw }
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
 // pinned gateway is the only candidate.
 func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []string, err error) {
-	return r.candidates(r.table(), c)
+	rt, gateways, err := r.candidates(r.table(), c)
+	if rt != nil {
+		route = rt.Name
+	}
+	return route, gateways, err
 }
 
-func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gateways []string, err error) {
+// candidates is Candidates on tab, returning the route matched (nil for a pinned gateway).
+func (r *Router) candidates(tab *table, c *payrouter.Charge) (route *Route, gateways []string, err error) {
 	if c.PinnedGateway != "" {
 		if tab.gw.Adapters[c.PinnedGateway] == nil || !tab.gw.Domains.Live(c.PinnedGateway) {
-			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
+			return nil, nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
 		}
-		return "", []string{c.PinnedGateway}, nil
+		return nil, []string{c.PinnedGateway}, nil
 	}
-	for _, rt := range tab.routes {
-		if rt.Match.Matches(c.Amount, c.Currency, c.Country) {
-			return rt.Name, r.orderOf(tab, rt), nil
-		}
+	if i := tab.index.first(tab.routes, c.Amount, c.Currency, c.Country); i >= 0 {
+		return &tab.routes[i], r.orderOf(tab, tab.routes[i]), nil
 	}
-	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
+	return nil, nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
 // Route runs a new charge's attempts: tried at each candidate gateway under the failover rules, stored by
@@ -190,19 +195,26 @@ func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gate
 // become an unknown outcome.
 func (r *Router) Route(ctx context.Context, c *payrouter.Charge, keep Keeper) (*payrouter.Charge, error) {
 	tab := r.table()
-	route, candidates, err := r.candidates(tab, c)
+	rt, candidates, err := r.candidates(tab, c)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
 	defer cancel()
 
-	c.Route = route
+	c.Route = ""
+	if rt != nil {
+		c.Route = rt.Name
+	}
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
 	run := chargeRun{r: r, tab: tab, c: c, keep: keep}
-	run.hedge, run.hedgeBudget = tab.hedgeOf(route)
+	if rt != nil && rt.Hedge != nil {
+		// The matched route's own policy and bucket: looking them up by name would read every
+		// route again (a pinned charge, with no route, is never hedged).
+		run.hedge, run.hedgeBudget = rt.Hedge, tab.hedgeBudgets[rt.Name]
+	}
 	unavailable := run.attempt(ctx, candidates)
 	if run.storeErr != nil {
 		// Nothing was sent: with the database away this is 503 state-unavailable, with the
