@@ -40,7 +40,7 @@
 //	                              empty against holding PAYROUTER_BENCH_MEMSTORE_CHARGES charges
 //	                              (default 1,000,000), PostgreSQL empty against holding
 //	                              PAYROUTER_BENCH_ROWS charges and as many events (default
-//	                              1,000,000; filled with one generate_series INSERT per table,
+//	                              10,000,000; filled with one generate_series INSERT per table,
 //	                              fill_test.go), each against its smallest size; and the memory
 //	                              one stored charge takes in each store
 //	TestBenchFleet                (i) two instances against one (fleet_test.go): charges/s with

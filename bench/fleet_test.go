@@ -55,8 +55,8 @@ func (f fleetLoad) Close() {
 // transactions committed per charge (pg_stat_database.xact_commit of the fleet's database), WAL
 // bytes per charge (pg_stat_wal, the whole server's), Redis commands per charge (INFO
 // commandstats, every command but INFO itself), and each instance's connections to the database
-// (pg_stat_activity, by the application_name each instance's URL sets). docs/postgresql.md ("A
-// fleet's size: twenty instances, on paper") reads a fleet of twenty from these figures.
+// (pg_stat_activity, by the application_name each instance's URL sets). A fleet of twenty is
+// read from these figures in (docs/postgresql.md, Twenty instances, on paper).
 func TestBenchFleet(t *testing.T) {
 	requireBench(t)
 	rs := redistest.Start(t)
