@@ -149,3 +149,29 @@ func countryCode(i int) string {
 	}
 	return c
 }
+
+// TestRouteIndexRebuiltOnUpdate: the index is the table's, so a reload that changes the routes
+// matches the new ones at once, order and wildcards included, and a charge of a currency no
+// route names any longer matches none.
+func TestRouteIndexRebuiltOnUpdate(t *testing.T) {
+	f := newFixture(t,
+		Route{Name: "usd", Match: Match{Currency: []string{"USD"}}, Gateways: []string{"ding"}},
+		Route{Name: "default", Gateways: []string{"paywell"}})
+	if route, _, err := f.router.Candidates(newCharge()); err != nil || route != "usd" {
+		t.Fatalf("before the reload: route %q, %v; want usd", route, err)
+	}
+	f.reload(t, []string{"paywell", "ding", "tranglo"}, []Route{
+		{Name: "my", Match: Match{Country: []string{"MY"}}, Gateways: []string{"tranglo"}},
+		{Name: "usd-my", Match: Match{Currency: []string{"USD"}, Country: []string{"MY"}}, Gateways: []string{"ding"}},
+		{Name: "eur", Match: Match{Currency: []string{"EUR"}}, Gateways: []string{"paywell"}},
+	})
+	c := newCharge()
+	c.Country = "MY"
+	if route, got, err := f.router.Candidates(c); err != nil || route != "my" || !equal(got, []string{"tranglo"}) {
+		t.Errorf("after the reload, a USD charge from MY: route %q %v, %v; want my [tranglo]", route, got, err)
+	}
+	c.Country = "SG"
+	if route, _, err := f.router.Candidates(c); err == nil {
+		t.Errorf("after the reload, a USD charge from SG matched route %q; no route takes it now", route)
+	}
+}
