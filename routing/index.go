@@ -76,9 +76,16 @@ func (ix *routeIndex) first(routes []Route, amount int64, currency, country stri
 			}
 		}
 	}
-	scan(ix.both[currencyCountry{currency, country}])
-	scan(ix.currency[currency])
-	scan(ix.country[country])
+	// An empty map is passed without hashing the key: most configurations leave some empty.
+	if len(ix.both) > 0 {
+		scan(ix.both[currencyCountry{currency, country}])
+	}
+	if len(ix.currency) > 0 {
+		scan(ix.currency[currency])
+	}
+	if len(ix.country) > 0 {
+		scan(ix.country[country])
+	}
 	scan(ix.wildcard)
 	return best
 }
