@@ -87,12 +87,19 @@ func TestBenchScale(t *testing.T) {
 		measure(t, "gateways", "3", "100", few, many)
 	})
 	var memHeap float64
+	var memRuntime string
 	t.Run("memstore", func(t *testing.T) {
 		empty, _ := s.startMemstoreServer(t, "memstore-empty", 0)
 		full, ready := s.startMemstoreServer(t, "memstore-full", memCharges)
 		memHeap = ready.HeapPerCharge
 		t.Logf("filled the memstore with %d charges in %s", memCharges, time.Duration(ready.FillSeconds*float64(time.Second)).Round(time.Second))
-		measure(t, "memstore charges", "0", fmt.Sprint(memCharges), charge(t, empty, "memstore empty"), charge(t, full, "memstore full"))
+		emptyTarget, fullTarget := charge(t, empty, "memstore empty"), charge(t, full, "memstore full")
+		e0, f0 := empty.runtimeStats(t), full.runtimeStats(t)
+		measure(t, "memstore charges", "0", fmt.Sprint(memCharges), emptyTarget, fullTarget)
+		r := table[len(table)-1].c
+		memRuntime = fmt.Sprintf("memstore servers over the comparison (warm-ups included): empty %s, full %s",
+			empty.runtimeStats(t).minus(e0).per(Merge(append(r.Base, r.WarmBase)...).Requests),
+			full.runtimeStats(t).minus(f0).per(Merge(append(r.Subject, r.WarmSubject)...).Requests))
 	})
 	var pgBytes map[string]float64
 	t.Run("postgresql", func(t *testing.T) {
@@ -126,6 +133,9 @@ func TestBenchScale(t *testing.T) {
 			strings.Join(each, " "), ratio(sj.Quantile(0.5), b.Quantile(0.5)), ratio(sj.Quantile(0.99), b.Quantile(0.99)))
 	}
 	tw.Flush()
+	if memRuntime != "" {
+		fmt.Fprintln(w, memRuntime)
+	}
 	if memHeap > 0 {
 		fmt.Fprintf(w, "memory per stored charge in memstore: %.0f bytes of live heap (the charge, its key and its event; %d charges, the store unbounded: state.max_memory counts more per charge than the heap holds, docs/limits.md)\n",
 			memHeap, memCharges)
@@ -288,4 +298,53 @@ func (s *stack) startMemstoreServer(t *testing.T, name string, fill int) (*insta
 			t.Fatalf("%s not ready in time\n%s", name, in.payrouter.logTail())
 		}
 	}
+}
+
+// runtimeStats is what a payrouter process's Go runtime and process collectors say on its admin
+// listener's GET /metrics: CPU seconds used and garbage collections run so far.
+type runtimeStats struct{ cpuSeconds, gcCycles float64 }
+
+func (in *instance) runtimeStats(t *testing.T) runtimeStats {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+in.admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st runtimeStats
+	found := 0
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		var dst *float64
+		switch name {
+		case "process_cpu_seconds_total":
+			dst = &st.cpuSeconds
+		case "go_gc_duration_seconds_count":
+			dst = &st.gcCycles
+		default:
+			continue
+		}
+		if _, err := fmt.Sscan(value, dst); err == nil {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("GET /metrics: status %d, no process_cpu_seconds_total or go_gc_duration_seconds_count", resp.StatusCode)
+	}
+	return st
+}
+
+func (a runtimeStats) minus(b runtimeStats) runtimeStats {
+	return runtimeStats{cpuSeconds: a.cpuSeconds - b.cpuSeconds, gcCycles: a.gcCycles - b.gcCycles}
+}
+
+// per prints the CPU and collections over n charges.
+func (a runtimeStats) per(n int) string {
+	return fmt.Sprintf("%.0f µs of CPU per charge and %.0f collections (%d charges)", a.cpuSeconds/float64(n)*1e6, a.gcCycles, n)
 }
