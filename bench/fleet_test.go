@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,7 +121,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 
 	w := t.Output()
-	tab := newTable(w, fmt.Sprintf("(i) two instances against one: POST /charge on the healthy path, %d workers all on A vs half on A and half on B, both on one PostgreSQL database (pgtest's: no fsync, no synchronous commit) and one Redis, all on the same %d CPUs", scaleWorkers, 2), false)
+	tab := newTable(w, fmt.Sprintf("(i) two instances against one: POST /charge on the healthy path, %d workers all on A vs half on A and half on B, both on one PostgreSQL database (pgtest's: no fsync, no synchronous commit) and one Redis, all on the same %d CPUs", scaleWorkers, runtime.NumCPU()), false)
 	tab.add(scaleWorkers, "one instance", "two instances", c)
 	tab.flush()
 	fmt.Fprintf(w, "two / one instance charges/s: %.2fx\n", Merge(c.Subject...).Rate()/Merge(c.Base...).Rate())
