@@ -104,9 +104,12 @@ chaos: ## the chaos money check, long: 5000 charges and refunds (some racing thr
 .PHONY: bench
 # The fast-fail benchmark adds a row at 20 connections with wrk when it is installed (Debian:
 # apt-get install wrk) and says it skipped it otherwise. Each measurement with a goal prints a
-# "goal" line: the goal beside what was measured.
-bench: ## benchmarks (ratios, one run), each with its goal when it has one: fast-fail (and with wrk at 20 connections), healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline, refund and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, the guard, one charge in process (allocations), our Redis breaker vs gobreaker's distributed one
-	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 10m ./bench/
+# "goal" line: the goal beside what was measured. The scale benchmark fills PostgreSQL with
+# PAYROUTER_BENCH_ROWS charges and as many events (default 10000000: about 5 minutes and 17 GB of
+# disk while it runs) and a memstore with PAYROUTER_BENCH_MEMSTORE_CHARGES (default 1000000); set
+# them lower for a quick run (the table says which sizes it measured).
+bench: ## benchmarks (ratios, one run), each with its goal when it has one: fast-fail (and with wrk at 20 connections), healthy path, database store vs memory (healthy and fast-fail), database statements per charge, replay, decline, refund and fast-fail, breaker agreement across instances, hedging on a heavy-tailed gateway, cost as routes, gateways and stored charges grow, two instances against one, the guard, one charge in process (allocations), our Redis breaker vs gobreaker's distributed one
+	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -timeout 30m ./bench/
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBench' -v -bench . -skip '^Benchmark(DistributedGobreaker|GuardWithFleet)$$' -benchmem -timeout 10m ./resilience/
 	PAYROUTER_BENCH=1 $(GO) test -count=1 -run '^TestBenchChargeGoals$$' -v -bench '^BenchmarkCharge' -benchmem -timeout 5m ./httpapi/
 

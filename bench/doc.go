@@ -41,6 +41,19 @@
 //	                              parameters of PAYROUTER_BENCH_DATABASE_PARAMS (pool_max_conns,
 //	                              commit_delay): how docs/postgresql.md sizes them; run only
 //	                              when that is set
+//	TestBenchScale                (h) cost as the work grows (scale_test.go): charges/s with 1
+//	                              against 100 and 10,000 routes, 3 against 100 gateways, memstore
+//	                              empty against holding PAYROUTER_BENCH_MEMSTORE_CHARGES charges
+//	                              (default 1,000,000), PostgreSQL empty against holding
+//	                              PAYROUTER_BENCH_ROWS charges and as many events (default
+//	                              10,000,000; filled with one generate_series INSERT per table,
+//	                              fill_test.go), each against its smallest size; and the memory
+//	                              one stored charge takes in each store
+//	TestBenchFleet                (i) two instances against one (fleet_test.go): charges/s with
+//	                              every worker on A against half on A and half on B, on one
+//	                              PostgreSQL and one Redis; transactions, WAL bytes and Redis
+//	                              commands per charge, and each instance's connections, the
+//	                              figures docs/postgresql.md reads a fleet of twenty from
 //
 // (a) and (b) end with a "goal" line: the ratios their goals are stated in, beside the goals.
 // The in-process figures with goals are printed by resilience's TestBenchGuardGoals (Guard.Do

@@ -270,12 +270,18 @@ type Comparison struct {
 	Base, Subject []Sample
 }
 
+// Runner is a load Alternate can run: a Load, or several run together (fleet_test.go).
+type Runner interface {
+	// Run drives the load for about d or until ctx ends and returns what it measured.
+	Run(ctx context.Context, d time.Duration) Sample
+}
+
 // Alternate measures a baseline and a subject in turn after warming both up: each is first run
 // for warm (not measured: connections, caches, the servers' heaps and the CPU's clock settle),
 // then pairs times each for each, in the order base subject, subject base, base subject, ... so
 // that a drift of the machine during the run (another job starting, a CPU clocking down) falls on
 // both alike rather than on whichever ran last.
-func Alternate(ctx context.Context, base, subject *Load, warm, each time.Duration, pairs int) Comparison {
+func Alternate(ctx context.Context, base, subject Runner, warm, each time.Duration, pairs int) Comparison {
 	c := Comparison{WarmBase: base.Run(ctx, warm), WarmSubject: subject.Run(ctx, warm)}
 	for i := range pairs {
 		if i%2 == 0 {

@@ -269,6 +269,9 @@ type instanceOptions struct {
 	redisURL string
 	// route is the gateways of the single route, in order; nil: gatewayNames.
 	route []string
+	// edit, when set, rewrites the configuration benchConfig wrote (scale_test.go's extra routes
+	// and gateways).
+	edit func(config string) string
 }
 
 // startPayrouter starts a payrouter serve process named name (its log file's name) on the
@@ -278,7 +281,11 @@ func (s *stack) startPayrouter(t *testing.T, name string, o instanceOptions) *in
 	addrs := freeAddrs(t, 2)
 	in := &instance{api: addrs[0], admin: addrs[1]}
 	cfg := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(cfg, []byte(benchConfig(in, s.sims, o)), 0o644); err != nil {
+	text := benchConfig(in, s.sims, o)
+	if o.edit != nil {
+		text = o.edit(text)
+	}
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	in.payrouter = startProcess(t, name, s.bins.payrouter, "serve", "-config", cfg)

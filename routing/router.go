@@ -112,6 +112,8 @@ func (r *Router) fallbacks(settings fallback.Settings) fallback.Fallbacks {
 // over to the next table by name.
 type table struct {
 	routes []Route
+	// index finds the first route matching a charge among routes (index.go).
+	index *routeIndex
 	// gw is the adapters and the failure domains every gateway call of a charge goes through.
 	gw *Gateways
 	// fallbacks answers a charge no gateway took. Its use is counted by the API, which answers
@@ -160,29 +162,32 @@ func (r *Router) Gateways() *Gateways { return r.table().gw }
 // Candidates returns the route name and the gateways a charge will be tried at, in order. A
 // pinned gateway is the only candidate.
 func (r *Router) Candidates(c *payrouter.Charge) (route string, gateways []string, err error) {
-	return r.candidates(r.table(), c)
+	rt, gateways, err := r.candidates(r.table(), c)
+	if rt != nil {
+		route = rt.Name
+	}
+	return route, gateways, err
 }
 
-func (r *Router) candidates(tab *table, c *payrouter.Charge) (route string, gateways []string, err error) {
+// candidates is Candidates on tab, returning the route matched (nil for a pinned gateway).
+func (r *Router) candidates(tab *table, c *payrouter.Charge) (route *Route, gateways []string, err error) {
 	if c.PinnedGateway != "" {
 		if tab.gw.Adapters[c.PinnedGateway] == nil || !tab.gw.Domains.Live(c.PinnedGateway) {
-			return "", nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
+			return nil, nil, payrouter.Errorf(payrouter.EInvalid, "gateway %q is not configured", c.PinnedGateway)
 		}
-		return "", []string{c.PinnedGateway}, nil
+		return nil, []string{c.PinnedGateway}, nil
 	}
-	for _, rt := range tab.routes {
-		if rt.Match.Matches(c.Amount, c.Currency, c.Country) {
-			return rt.Name, r.orderOf(tab, rt), nil
-		}
+	if i := tab.index.first(tab.routes, c.Amount, c.Currency, c.Country); i >= 0 {
+		return &tab.routes[i], r.orderOf(tab, tab.routes[i]), nil
 	}
-	return "", nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
+	return nil, nil, payrouter.Errorf(payrouter.EInvalid, "no route matches a %s charge of %d", c.Currency, c.Amount)
 }
 
 // Plan is a new charge's way through the router, chosen before anything is stored or sent
 // (Router.Plan): the table it runs on, its route and its candidate gateways in order.
 type Plan struct {
 	tab        *table
-	route      string
+	route      *Route // nil for a pinned gateway
 	candidates []string
 	// Stored says that the caller has stored the charge as Plan left it (processing, naming
 	// the first candidate and its reference), in the write that claimed its idempotency key
@@ -197,18 +202,21 @@ type Plan struct {
 // It fails as Route does when no route matches or the pinned gateway is not configured.
 func (r *Router) Plan(c *payrouter.Charge) (*Plan, error) {
 	tab := r.table()
-	route, candidates, err := r.candidates(tab, c)
+	rt, candidates, err := r.candidates(tab, c)
 	if err != nil {
 		return nil, err
 	}
-	c.Route = route
+	c.Route = ""
+	if rt != nil {
+		c.Route = rt.Name
+	}
 	c.Status = payrouter.StatusProcessing
 	c.CreatedAt = r.now().UTC()
 	c.UpdatedAt = c.CreatedAt
 	if len(candidates) > 0 {
 		c.Gateway, c.Reference = candidates[0], payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
 	}
-	return &Plan{tab: tab, route: route, candidates: candidates}, nil
+	return &Plan{tab: tab, route: rt, candidates: candidates}, nil
 }
 
 // Route runs a new charge's attempts (Plan, then Run): tried at each candidate gateway under the
@@ -238,7 +246,11 @@ func (r *Router) Run(ctx context.Context, plan *Plan, c *payrouter.Charge, keep 
 	defer cancel()
 
 	run := chargeRun{r: r, tab: tab, c: c, keep: keep, stored: plan.Stored}
-	run.hedge, run.hedgeBudget = tab.hedgeOf(plan.route)
+	if rt := plan.route; rt != nil && rt.Hedge != nil {
+		// The matched route's own policy and bucket: looking them up by name would read every
+		// route again (a pinned charge, with no route, is never hedged).
+		run.hedge, run.hedgeBudget = rt.Hedge, tab.hedgeBudgets[rt.Name]
+	}
 	unavailable := run.attempt(ctx, plan.candidates)
 	if run.storeErr != nil {
 		// Nothing was sent: with the database away this is 503 state-unavailable, with the

@@ -48,7 +48,7 @@ type gatewayStats struct {
 // newTable makes a table of routes and gateways over set, carrying over from prev (nil: none) the
 // learning state of each gateway and the hedge budget of each hedged route whose share is the same.
 func newTable(prev *table, routes []Route, gateways map[string]payrouter.Gateway, set *resilience.DomainSet) *table {
-	t := &table{routes: routes, gw: &Gateways{Adapters: gateways, Domains: set},
+	t := &table{routes: routes, index: indexRoutes(routes), gw: &Gateways{Adapters: gateways, Domains: set},
 		stats: make(map[string]*gatewayStats, len(gateways)), hedgeBudgets: map[string]*hedgeBudget{}}
 	for name := range gateways {
 		if prev != nil && prev.stats[name] != nil {
