@@ -113,7 +113,8 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 // queued for a recheck that then won. Releasing it would refund the customer's own purchase.
 // decided is false while the charge is still processing: the attempt it names then is only where
 // a look-up would go (the last flight of a hedge, until the charge's answer is stored), and the
-// task waits for it to be decided. voided is true when the charge shows the attempt voided
+// task waits for it to be decided; and while the task's attempt is the sale of a charge whose
+// queued capture is not settled yet (settle.go). voided is true when the charge shows the attempt voided
 // (payrouter.Attempt.Voided: its gateway confirmed the void).
 func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, decided, voided bool, err error) {
 	c, err := s.charges.Charge(ctx, t.ChargeID)
@@ -128,6 +129,12 @@ func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, dec
 	})
 	switch {
 	case c.Status == payrouter.StatusProcessing:
+		return false, false, voided, nil
+	case c.CaptureQueued && slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
+		return a.Sale && a.Gateway == t.Gateway && a.Reference == t.Reference
+	}) && unsettledSale(c) >= 0:
+		// The sale of a charge a hedge won, not settled yet: the settlement decides which of
+		// the two the charge keeps (settle.go).
 		return false, false, voided, nil
 	case c.Gateway != t.Gateway || c.Reference != t.Reference:
 		return false, true, voided, nil

@@ -45,8 +45,13 @@ type Keeper interface {
 	NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error
 	// QueueCapture queues the capture of c's authorization (gateway, ref, gwRef), the one c
 	// keeps (payrouter.TaskCapture), durably, before c is answered succeeded with its capture
-	// queued. An error queued nothing: the capture is then made before the answer.
-	QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error
+	// queued; it is made only once c's sale (payrouter.Attempt.Sale), if any, holds nothing.
+	// awaitSale: the sale is still running, and SaleAnswered brings its answer. An error
+	// queued nothing.
+	QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string, awaitSale bool) error
+	// SaleAnswered hands over the answer of the sale of charge chargeID that was still running
+	// when a hedge won it (QueueCapture with awaitSale): the queued capture settles from it.
+	SaleAnswered(chargeID string, res payrouter.Result)
 }
 
 // Observer is told what the router decided beyond single gateway calls (the resilience Observer
