@@ -313,6 +313,7 @@ func want[T comparable](t *testing.T, what string, got, want []T) {
 		t.Errorf("%s:\n got %v\nwant %v", what, got, want)
 	}
 }
+
 // TestHedgeNotNeededWhenTheFirstGatewayIsFast: a captured charge's first call is a sale, as on
 // any route: one call, captured, nothing queued.
 func TestHedgeNotNeededWhenTheFirstGatewayIsFast(t *testing.T) {
@@ -330,6 +331,7 @@ func TestHedgeNotNeededWhenTheFirstGatewayIsFast(t *testing.T) {
 		f.wantCaptured(t, c)
 	})
 }
+
 // TestHedgeWinsWhileTheSaleRuns: the hedge's authorization answers first. The charge is answered
 // at the hedge delay, succeeded with the hedge's capture queued to wait for the sale; the sale is
 // never voided by the router, its late answer is handed to the Keeper, which settles the capture
@@ -472,7 +474,6 @@ func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 	})
 }
 
-
 func TestHedgeAtP95(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Euro charges go to paywell alone and teach its latencies; dollar charges are hedged
@@ -536,6 +537,7 @@ func TestHedgeCapturedChargeAnswersBeforeItsCapture(t *testing.T) {
 		close(slow)
 	})
 }
+
 // TestHedgeCaptureNotQueued: with no queue to keep the hedge's capture, it is made before the
 // answer once the sale is known to hold nothing (only a confirmed one answers succeeded); while
 // the sale may hold money nothing is captured, and the charge answers processing for the
@@ -601,7 +603,6 @@ func TestHedgeCaptureFailureLeavesTheChargeProcessing(t *testing.T) {
 		}
 	})
 }
-
 
 func TestHedgeAuthorizeOnlyChargeRequiresCapture(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
