@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/payrouter/payrouter"
 	"github.com/payrouter/payrouter/fallback"
@@ -105,4 +107,30 @@ func TestReleaseWaitsForItsChargeToBeDecided(t *testing.T) {
 	if calls := f.gw.Calls(); len(calls) != 2 || calls[1] != want {
 		t.Errorf("gateway calls %v; want the look-up, then %s", calls, want)
 	}
+}
+
+// TestNoteLateAnswerWaitsForTheAnswer: a hedge's loser voided before its charge's answer is
+// stored is noted once the answer is, so that its recheck finds it voided with no look-up.
+func TestNoteLateAnswerWaitsForTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOpsFixture(t)
+		c := f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) {
+			c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: "ding", Outcome: payrouter.OutcomeUnknown, Reference: "ch_test-a2", Hedge: true})
+		})
+		done := make(chan error)
+		go func() {
+			done <- f.settler.NoteLateAnswer(t.Context(), "ch_test", "ding", "ch_test-a2", payrouter.OutcomeSucceeded, time.Second, true)
+		}()
+		synctest.Wait() // the note waits: the answer is stored after the late answer came
+		c.Status = payrouter.StatusSucceeded
+		if err := f.store.SaveCharge(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if at := f.stored(t).Attempts[1]; !at.Voided || at.Outcome != payrouter.OutcomeSucceeded {
+			t.Errorf("attempt noted %+v; want its approval, voided", at)
+		}
+	})
 }
