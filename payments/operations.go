@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -406,6 +407,11 @@ func (s *Service) saleFirst(ctx context.Context, tab *table, c *payrouter.Charge
 	}
 	switch found.State {
 	case payrouter.TxAuthorized, payrouter.TxCaptured, payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
+		if !slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool { return a.Gateway == c.Gateway && a.Reference == c.Reference }) {
+			// The hedge the charge was stored naming, in flight when its instance stopped: an
+			// attempt of the charge's, which its recheck releases.
+			c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown, Reference: c.Reference, Hedge: true})
+		}
 		s.ReleaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, c.GatewayReference, 0)
 		c.Gateway, c.Reference, c.GatewayReference = sale.Gateway, sale.Reference, found.GatewayReference
 		return found.Attempt(), true

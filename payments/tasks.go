@@ -58,7 +58,7 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 		// charge names its last flight until its answer is stored).
 		return fmt.Errorf("%w: charge %s is still processing", fallback.ErrLater, t.ChargeID)
 	case keeps:
-		return nil // the charge's own attempt: never released
+		return nil // the charge's own attempt, or never sent: never released
 	case voided:
 		// Voided already, by the void its late answer got at once (a hedge's loser): the
 		// gateway confirmed it holds nothing, and a look-up would be one more call for nothing.
@@ -127,9 +127,19 @@ func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, dec
 	voided = slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
 		return a.Voided && a.Gateway == t.Gateway && a.Reference == t.Reference
 	})
+	sent := c.Gateway == t.Gateway && c.Reference == t.Reference || slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
+		return a.Gateway == t.Gateway && a.Reference == t.Reference
+	})
 	switch {
 	case c.Status == payrouter.StatusProcessing:
 		return false, false, voided, nil
+	case !sent:
+		// A decided charge records the reference of every attempt that may have been sent
+		// (routing: a flight's reference is in every save from its launch on, and cleared only
+		// once its gateway is known never to have been called): this one never was, and
+		// nothing can be held for it. Looking it up would only find it not found, again and
+		// again for RecheckFor.
+		return true, true, voided, nil
 	case c.CaptureQueued && slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
 		return a.Sale && a.Gateway == t.Gateway && a.Reference == t.Reference
 	}) && unsettledSale(c) >= 0:

@@ -425,7 +425,9 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	snapshot.Attempts = slices.Clone(c.Attempts)
 	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
 	sale := !hedge && c.Capture
-	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge, Sale: sale})
+	// Its reference from now on, in every save a later flight makes: should this process die
+	// with it in flight, the reconciler and the releases know it may have been sent.
+	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Reference: ref, Hedge: hedge, Sale: sale})
 	f := &flight{name: name, gw: h.tab.gw.Adapters[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, sale: sale, start: h.r.now()}
 
 	req := authorization(c, ref, sale)
@@ -494,8 +496,9 @@ func (h *hedgedRun) storeFailed() bool {
 func (h *hedgedRun) record(a flightAnswer) {
 	at := &h.c.Attempts[a.f.index]
 	at.Outcome, at.Duration, at.Resolved = a.own, a.d, a.resolved
-	if a.called {
-		at.Reference = a.f.ref
+	if !a.called {
+		at.Reference = "" // never sent: nothing can be held there
+	} else {
 		if a.res.Outcome != payrouter.OutcomeSucceeded {
 			h.r.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 				"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "detail", a.res.Detail)
@@ -718,7 +721,11 @@ func (r *Router) finishLate(tab *table, keep Keeper, budget *hedgeBudget, c *pay
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := keep.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
+	at := payrouter.Attempt{Gateway: a.f.name, Outcome: a.own, Duration: a.d, Voided: voided}
+	if a.called {
+		at.Reference = a.f.ref
+	}
+	if err := keep.NoteLateAnswer(ctx, c.ID, a.f.ref, at); err != nil {
 		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
 }

@@ -40,9 +40,10 @@ type Keeper interface {
 	// ReleaseLater queues the release of an attempt no charge keeps (payrouter.TaskVoid,
 	// TaskRecheck), started no sooner than after.
 	ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration)
-	// NoteLateAnswer writes into the stored charge how an attempt that answered after the
-	// charge was decided ended.
-	NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error
+	// NoteLateAnswer writes into the stored charge how its attempt sent with reference ref,
+	// which answered after the charge was decided, ended: at's outcome, duration and voided,
+	// and its reference, empty when the gateway was never called (nothing can be held there).
+	NoteLateAnswer(ctx context.Context, chargeID, ref string, at payrouter.Attempt) error
 	// QueueCapture queues the capture of c's authorization (gateway, ref, gwRef), the one c
 	// keeps (payrouter.TaskCapture), durably, before c is answered succeeded with its capture
 	// queued; it is made only once c's sale (payrouter.Attempt.Sale), if any, holds nothing.

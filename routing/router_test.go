@@ -386,15 +386,15 @@ func (k *storeKeeper) told() ([]bool, []payrouter.Result) {
 	return slices.Clone(k.awaitSale), slices.Clone(k.sales)
 }
 
-func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
+func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, ref string, late payrouter.Attempt) error {
 	for {
 		c, err := k.charges.Charge(ctx, chargeID)
 		if err != nil || c.Status == payrouter.StatusProcessing {
 			return err
 		}
 		for i := range c.Attempts {
-			if at := &c.Attempts[i]; at.Gateway == gateway && at.Reference == ref {
-				at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+			if at := &c.Attempts[i]; at.Gateway == late.Gateway && at.Reference == ref {
+				at.Outcome, at.Duration, at.Voided, at.Reference = late.Outcome, late.Duration, at.Voided || late.Voided, late.Reference
 			}
 		}
 		if err := k.charges.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrStale) {
