@@ -13,9 +13,10 @@ import (
 
 // Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
 // for a charge has not answered after a delay, the charge is also sent to the next gateway of
-// the route. Two gateways means two possible charges, so on a hedged route the first two
-// gateway calls authorize only; the first approval is kept (and captured after the charge's
-// answer when the charge asks for capture) and every other approval is voided.
+// the route. Two gateways means two possible charges, so the hedge authorizes only: the first
+// call is a sale (authorize and capture) when the charge asks for capture, and a hedge that
+// wins is captured only once the sale is known to hold nothing. The first approval is kept
+// and every other approval is voided.
 //
 // A Hedge is also the schema of routes[].hedge in a configuration file (docs/configuration.md).
 type Hedge struct {
@@ -24,9 +25,9 @@ type Hedge struct {
 	After HedgeAfter `yaml:"after"`
 	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges,
 	// in (0, 1]; 0: DefaultHedgeBudget, the same as a file that leaves the key out. Every
-	// extra call counts: the hedge itself and the void of the approval that lost (a hedge
-	// costs two). The charge's one capture is not extra: it is made whether or not the charge
-	// was hedged.
+	// extra call counts: the hedge itself, and the void of the approval that lost or, when
+	// the hedge won a charge asking for capture, its settlement's call (the hedge's capture or
+	// void): a hedge costs two.
 	Budget float64 `yaml:"budget"`
 }
 
@@ -92,7 +93,8 @@ const (
 )
 
 // hedgeBudget is a route's token bucket: each charge adds its Budget, each extra gateway call
-// spends one: a hedge when it starts, the void of the approval that lost when it is sent.
+// spends one: a hedge when it starts, the void of the approval that lost when it is sent, the
+// settlement of a hedge that won a captured charge when it wins.
 type hedgeBudget struct {
 	mu     sync.Mutex
 	share  float64
