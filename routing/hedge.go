@@ -712,6 +712,9 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 // goes to the Keeper, which settles the charge's queued capture from it.
 func (r *Router) finishLate(tab *table, keep Keeper, budget *hedgeBudget, c *payrouter.Charge, a flightAnswer) {
 	voided := false
+	if a.f.hedge && !a.called {
+		budget.giveBack() // abandoned before it was sent: it cost no call
+	}
 	if a.f.settles {
 		defer keep.SaleAnswered(c.ID, a.res)
 	} else if a.res.Outcome == payrouter.OutcomeSucceeded {
