@@ -293,8 +293,9 @@ type hedgedRun struct {
 //   - When neither was processed, the rest of the candidates are returned for ordinary failover.
 //
 // A route's hedging applies only when a hedge could happen at all (a delay is known, the budget
-// holds one, a second candidate exists); otherwise the charge runs the ordinary way. hedged reports done when the charge is decided (or could not be stored); otherwise
-// rest is what is left to try.
+// holds one, a second candidate exists); otherwise the charge runs the ordinary way. hedged
+// reports done when the charge is decided (or could not be stored); otherwise rest is what is
+// left to try.
 func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
 	budget.charge()
 	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored, budget: budget}
@@ -621,9 +622,10 @@ func saleOf(answered []flightAnswer, live []*flight) (unsettled, running bool) {
 
 // completeWinner completes the winning attempt when the charge asks for capture. A sale that
 // won captured in its own call: Apply made the charge what its gateway says. A hedge that won
-// (or a sale that came back only authorized) only authorized: its capture is queued (Keeper.QueueCapture) and the charge answered succeeded
-// with CaptureQueued set, the capture made after the answer, off the customer's time, so a
-// gateway's slow capture no longer adds its tail to the charge's. While the sale may still hold
+// (or a sale that came back only authorized) only authorized: its capture is queued
+// (Keeper.QueueCapture) and the charge answered succeeded with CaptureQueued set, the capture
+// made after the answer, off the customer's time, so a gateway's slow capture no longer adds
+// its tail to the charge's. While the sale may still hold
 // money (running, or answered without a final word), the queued capture settles first from the
 // sale's final outcome (awaitSale, and the sale's answer handed over by finishLate): nothing is
 // captured at the hedge before the sale is known to hold nothing. The settlement's call (the
