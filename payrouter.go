@@ -259,6 +259,13 @@ type Attempt struct {
 	Resolved TxState `json:"resolved,omitempty"`
 	// Hedge is true for an attempt started beside a slow one (a hedge): it only authorized.
 	Hedge bool `json:"hedge,omitempty"`
+	// Sale is true for the first attempt of a hedged charge that asks for capture: it
+	// authorized and captured in one call, as an unhedged charge does. Should a hedge win
+	// while the sale's outcome is not known, the charge's queued capture settles from the
+	// sale's final outcome first (docs/architecture.md, Hedging safely): a sale that captured
+	// keeps the charge and the hedge is voided; only a sale that holds nothing lets the hedge
+	// be captured.
+	Sale bool `json:"sale,omitempty"`
 	// Voided is true when this attempt's approval was not the charge's and was voided (or
 	// refunded): a hedge that lost, or a late approval after a failover.
 	Voided bool `json:"voided,omitempty"`

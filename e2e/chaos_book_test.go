@@ -1226,10 +1226,14 @@ func (r *chaosRun) waitForStrays(t *testing.T, s *sims, finals map[string]charge
 		var strays []string
 		for id, txs := range money.charges {
 			final, ok := finals[id]
-			if !ok {
+			if !ok || final.CaptureQueued {
+				// Not read yet, or a hedged charge whose capture was still to settle when it was
+				// read: the settlement may have moved it to its sale's gateway since.
 				in := r.fleet.get(0)
 				rep, err := send(in.client, http.MethodGet, in.url+"/charge/"+id, nil, "Authorization", "Bearer "+apiKey)
-				if err == nil && rep.status == http.StatusOK && json.Unmarshal(rep.body, &final) == nil {
+				var now chargeObject
+				if err == nil && rep.status == http.StatusOK && json.Unmarshal(rep.body, &now) == nil {
+					final = now
 					finals[id] = final
 				}
 			}

@@ -1,10 +1,11 @@
 package e2e
 
 // When each charge's money was captured, as the simulators' ledgers show it: the chaos test's
-// bound on captures made after the answer. A hedged charge (the EUR route) is answered succeeded
-// once its capture is queued, and captured after the answer (docs/architecture.md, Hedging
-// safely): a charge told succeeded must be captured exactly once (checkMoney) and within
-// chaosCaptureWithin of its answer, or of the end of the last fault it could see.
+// bound on captures made after the answer. A hedged charge (the EUR route) whose hedge answered
+// before its sale is answered succeeded once its capture is queued, and settled after the
+// answer from the sale's outcome (docs/architecture.md, Hedging safely): captured by the sale,
+// or the hedge captured. A charge told succeeded must be captured exactly once (checkMoney) and
+// within chaosCaptureWithin of its answer, or of the end of the last fault it could see.
 
 import (
 	"context"

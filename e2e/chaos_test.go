@@ -1004,6 +1004,7 @@ type chargeObject struct {
 	Gateway          string    `json:"gateway"`
 	GatewayReference string    `json:"gateway_reference"`
 	AmountRefunded   int64     `json:"amount_refunded"`
+	CaptureQueued    bool      `json:"capture_queued"`
 	Attempts         []attempt `json:"attempts"`
 	CreatedAt        string    `json:"created_at"`
 }

@@ -531,7 +531,7 @@ func (a *auditClient) driveAdmin(gws []auditGateway) {
 }
 
 // driveConcurrency: an idempotency conflict (the same key while the first is in flight) and a
-// hedge whose loser is voided.
+// hedge answered first, settled after its slow sale.
 func (a *auditClient) driveConcurrency(s *sims) {
 	a.t.Helper()
 	a.behave(s.paywell, "normal", 800*time.Millisecond, false) // under its 2s timeout
@@ -558,7 +558,8 @@ func (a *auditClient) driveConcurrency(s *sims) {
 	}
 	a.behave(s.paywell, "normal", 0, false)
 
-	// The EUR route hedges to paywell after 100ms: ding at 300ms loses and its approval is voided.
+	// The EUR route hedges to paywell after 100ms: paywell's authorization answers first, ding's
+	// sale at 300ms captures after it and keeps the charge, and paywell's authorization is voided.
 	a.behave(s.ding, "normal", 300*time.Millisecond, false)
 	a.expect("a hedged charge", a.charge(a.newKey(), 3100, "EUR", tokApprove, "", true), http.StatusCreated)
 	a.behave(s.ding, "normal", 0, false)

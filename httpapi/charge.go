@@ -33,9 +33,12 @@ type chargeView struct {
 	GatewayReference string                 `json:"gateway_reference,omitempty"`
 	DeclineCode      string                 `json:"decline_code,omitempty"`
 	// AmountRefunded is what the gateway gave back so far (queued refunds are not in it yet).
-	AmountRefunded int64         `json:"amount_refunded,omitempty"`
-	Attempts       []attemptView `json:"attempts"`
-	CreatedAt      string        `json:"created_at"`
+	AmountRefunded int64 `json:"amount_refunded,omitempty"`
+	// CaptureQueued is true on a succeeded charge whose hedge answered first, until its capture
+	// is settled: its gateway may still change to its sale's (docs/api.md).
+	CaptureQueued bool          `json:"capture_queued,omitempty"`
+	Attempts      []attemptView `json:"attempts"`
+	CreatedAt     string        `json:"created_at"`
 	// Stale is true when the charge is shown as last stored because its gateway could not be
 	// asked about it (fallbacks.status: degrade).
 	Stale bool `json:"stale,omitempty"`
@@ -47,6 +50,7 @@ type attemptView struct {
 	Outcome    payrouter.Outcome `json:"outcome"`
 	DurationMS int64             `json:"duration_ms"`
 	Resolved   payrouter.TxState `json:"resolved,omitempty"`
+	Sale       bool              `json:"sale,omitempty"`
 	Hedge      bool              `json:"hedge,omitempty"`
 	Voided     bool              `json:"voided,omitempty"`
 }
@@ -58,7 +62,7 @@ func attemptViews(list []payrouter.Attempt) []attemptView {
 	out := make([]attemptView, len(list))
 	for i, a := range list {
 		out[i] = attemptView{Gateway: a.Gateway, Outcome: a.Outcome, DurationMS: a.Duration.Milliseconds(), Resolved: a.Resolved,
-			Hedge: a.Hedge, Voided: a.Voided}
+			Sale: a.Sale, Hedge: a.Hedge, Voided: a.Voided}
 	}
 	return out
 }
@@ -68,7 +72,7 @@ func viewOf(ch *payrouter.Charge) chargeView {
 		ID: ch.ID, Status: ch.Status, Amount: ch.Amount, Currency: ch.Currency, Country: ch.Country,
 		CustomerID: ch.CustomerID, Description: ch.Description, Metadata: ch.Metadata,
 		Gateway: ch.Gateway, GatewayReference: ch.GatewayReference, DeclineCode: ch.DeclineCode,
-		AmountRefunded: ch.Refunded, Attempts: attemptViews(ch.Attempts), CreatedAt: ch.CreatedAt.UTC().Format(time.RFC3339),
+		AmountRefunded: ch.Refunded, CaptureQueued: ch.CaptureQueued, Attempts: attemptViews(ch.Attempts), CreatedAt: ch.CreatedAt.UTC().Format(time.RFC3339),
 	}
 	if v.Attempts == nil {
 		v.Attempts = []attemptView{}

@@ -228,10 +228,11 @@ func TestOpenAPI(t *testing.T) {
 		}
 	})
 
-	t.Run("a hedge wins and the slow approval is voided", func(t *testing.T) {
+	t.Run("a hedge answers first, the slow sale captures and keeps the charge, the hedge is voided", func(t *testing.T) {
 		defer st.resetBreakers(t)
-		// ding, first on the hedged route, approves only after 700ms: paywell, started as a hedge
-		// after 50ms, approves first and ding's late approval is voided.
+		// ding, first on the hedged route, makes the sale and answers only after 700ms: paywell,
+		// started as a hedge after 50ms, authorizes first and the charge is answered; ding's
+		// sale then captures, so it keeps the charge and paywell's authorization is voided.
 		st.doors["ding"].set(delay(dingChargeCall, 700*time.Millisecond))
 		a := st.expect(t, st.charge(t, "hedge-1", `{"amount":2500,"currency":"EUR","payment_method":{"type":"card","token":"tok_visa"}}`), 201)
 		deadline := time.Now().Add(5 * time.Second)

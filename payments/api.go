@@ -26,7 +26,10 @@ func (s *Service) CreateCharge(ctx context.Context, r Request, c *payrouter.Char
 		}
 		return render(Result{Err: u})
 	}
-	var final *payrouter.Charge
+	var (
+		final *payrouter.Charge
+		ran   bool // this request ran the charge (not a replay, nor one refused for its key)
+	)
 	plan, err := s.router.Plan(c)
 	if err != nil {
 		// No route for it: refused under its key like any refusal, so that a key answered
@@ -44,16 +47,20 @@ func (s *Service) CreateCharge(ctx context.Context, r Request, c *payrouter.Char
 		return claimed.Record, claimed.Hold, err
 	}
 	a, err := s.idempotent(ctx, r, render, claim, func(hold payrouter.Hold) (Result, *payrouter.Charge) {
+		ran = true
 		c.Hold = hold
 		ch, err := s.Charge(ctx, plan, c, claimed)
 		final = routing.FinalState(ch, err)
 		return Result{Charge: ch, Err: err}, final
 	}, now)
-	// A hedged charge answered succeeded with its capture queued is captured now, off the
-	// customer's time (capture.go); the queue's worker does it should this fail.
-	if final != nil && final.CaptureQueued {
+	// A hedged charge answered succeeded with its capture queued is settled now, off the
+	// customer's time (capture.go); the queue's worker does it should this fail. A replay of
+	// its key leaves alone what the request that ran it queued.
+	switch {
+	case !ran:
+	case final != nil && final.CaptureQueued:
 		s.captureAfterAnswer(final)
-	} else {
+	default:
 		s.forgetCapture(c.ID)
 	}
 	return a, err

@@ -12,14 +12,17 @@ import (
 )
 
 // The capture of a hedged charge, made after its answer (docs/architecture.md, Hedging safely).
-// A hedged charge authorizes first, at both gateways, and captures the approval it keeps. That
-// capture is queued (TaskCapture) before the charge is answered succeeded with CaptureQueued set,
-// then sent by this instance as soon as the answer is stored (captureAfterAnswer); the queue's
-// worker sends it if this instance cannot (it stopped, or the gateway did not take it), from
-// captureGrace on, again after every idle period of the worker until the gateway answers. Every
-// send carries the reference every other capture of that authorization carries
-// (payrouter.OperationReference(ref, OpCapture)), so the gateway captures it once, however many
-// instances, workers and stalled holders send it.
+// A hedged charge that asks for capture starts with a sale (authorize and capture in one call);
+// the hedge only authorizes. When the hedge's authorization answers first, its capture is queued
+// (TaskCapture) before the charge is answered succeeded with CaptureQueued set, and settled
+// after the answer from the sale's final outcome (settle.go): a sale that captured keeps the
+// charge and the hedge is voided; only a sale that holds nothing lets the hedge be captured. This
+// instance settles it as soon as both the answer is stored and the sale's answer came
+// (captureAfterAnswer, SaleAnswered); the queue's worker does if this instance cannot (it
+// stopped, or a gateway did not answer), from captureGrace on, again after every idle period of
+// the worker until it is done. Every send carries the reference every other capture (or void) of
+// that authorization carries (payrouter.OperationReference), so a gateway applies it once,
+// however many instances, workers and stalled holders send it.
 
 // captureGrace is how long the queued capture of a charge waits before the worker may send it:
 // the charge's own request sends it first, once its answer is stored, and that takes at most
@@ -28,10 +31,20 @@ func (s *Service) captureGrace(tab *table, gateway string) time.Duration {
 	return s.budget + storeTimeout + tab.gw.Timeout(gateway, payrouter.OpCapture)
 }
 
+// queuedCapture is a capture QueueCapture queued, from then until this instance sends it.
+type queuedCapture struct {
+	task payrouter.Task // its ID set
+	// awaitSale: the charge's sale was still running when the hedge won; sale is its answer
+	// once SaleAnswered brought it. answered: the charge's answer is stored.
+	awaitSale bool
+	sale      *payrouter.Result
+	answered  bool
+}
+
 // QueueCapture queues the capture of c's authorization ref at gateway (routing.Keeper): the
-// worker sends it from captureGrace on, unless the charge's own request has sent it by then. An
-// error when it could not be queued: the router then captures before answering.
-func (s *Service) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error {
+// worker settles it from captureGrace on, unless the charge's own instance has by then. An
+// error when it could not be queued.
+func (s *Service) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string, awaitSale bool) error {
 	if s.queue == nil {
 		return errors.New("no queue configured")
 	}
@@ -49,25 +62,67 @@ func (s *Service) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway
 		return err
 	}
 	t.ID = id
-	s.captures.Store(c.ID, t)
+	s.capturesMu.Lock()
+	s.captures[c.ID] = &queuedCapture{task: t, awaitSale: awaitSale}
+	s.capturesMu.Unlock()
 	return nil
 }
 
-// captureAfterAnswer sends the queued capture of charge c (answered succeeded with
-// CaptureQueued) in the background, now that its answer is stored, and acknowledges its task
-// when it is done; what it cannot do is left to the worker. It is bounded by the gateway's
-// capture timeout and the store's: Wait waits for it.
-func (s *Service) captureAfterAnswer(c *payrouter.Charge) {
-	v, ok := s.captures.LoadAndDelete(c.ID)
-	if !ok || !c.CaptureQueued {
+// SaleAnswered takes the answer of the sale of a charge a hedge won while the sale still ran
+// (routing.Keeper): the charge's queued capture settles from it, now if the charge's answer is
+// stored, else as soon as it is (captureAfterAnswer).
+func (s *Service) SaleAnswered(chargeID string, res payrouter.Result) {
+	s.capturesMu.Lock()
+	q := s.captures[chargeID]
+	if q == nil {
+		s.capturesMu.Unlock()
+		return // its answer was not stored as queued: the worker settles it
+	}
+	q.sale = &res
+	if !q.answered {
+		s.capturesMu.Unlock()
 		return
 	}
-	t := v.(payrouter.Task)
+	delete(s.captures, chargeID)
+	s.capturesMu.Unlock()
+	s.settleInBackground(q)
+}
+
+// captureAfterAnswer settles the queued capture of charge c (answered succeeded with
+// CaptureQueued) in the background, now that its answer is stored, or once the answer of its
+// sale still running comes (SaleAnswered); what it cannot do is left to the worker.
+func (s *Service) captureAfterAnswer(c *payrouter.Charge) {
+	s.capturesMu.Lock()
+	q := s.captures[c.ID]
+	if q == nil || !c.CaptureQueued {
+		delete(s.captures, c.ID)
+		s.capturesMu.Unlock()
+		return
+	}
+	q.answered = true
+	if q.awaitSale && q.sale == nil {
+		s.capturesMu.Unlock()
+		return // SaleAnswered settles it
+	}
+	delete(s.captures, c.ID)
+	s.capturesMu.Unlock()
+	s.settleInBackground(q)
+}
+
+// settleInBackground settles a queued capture (settleCapture) and acknowledges its task when it
+// is done. It is bounded by the gateways' timeouts and the store's: Wait waits for it.
+func (s *Service) settleInBackground(q *queuedCapture) {
+	t, sale := q.task, q.sale
 	s.late.Go(func() {
 		tab := s.table()
-		ctx, cancel := context.WithTimeout(context.Background(), tab.gw.Timeout(t.Gateway, payrouter.OpCapture)+2*storeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout(tab, t.Gateway))
 		defer cancel()
-		err := s.workCapture(ctx, t)
+		var err error
+		for range changeTries {
+			if err = s.settleCapture(ctx, t, sale); !errors.Is(err, payrouter.ErrStale) {
+				break
+			}
+		}
 		if err != nil {
 			s.log.InfoContext(ctx, "charge.capture_later", "charge_id", t.ChargeID, "gateway", t.Gateway, "reason", err,
 				"then", "the queue's worker sends it again")
@@ -81,19 +136,33 @@ func (s *Service) captureAfterAnswer(c *payrouter.Charge) {
 }
 
 // forgetCapture drops what QueueCapture kept for a charge whose answer is not the one it was
-// queued for (not stored, or stored otherwise): the worker sends it, or finds nothing to do.
-func (s *Service) forgetCapture(chargeID string) { s.captures.Delete(chargeID) }
+// queued for (not stored, or stored otherwise): the worker settles it, or finds nothing to do.
+func (s *Service) forgetCapture(chargeID string) {
+	s.capturesMu.Lock()
+	delete(s.captures, chargeID)
+	s.capturesMu.Unlock()
+}
 
 // Wait waits for the captures sent in the background after their charges' answers (tests, and
 // a graceful stop).
 func (s *Service) Wait() { s.late.Wait() }
 
-// workCapture sends the queued capture of a charge answered succeeded with CaptureQueued
-// (TaskCapture): nil when it is done (captured, or nothing to capture any more); fallback.ErrLater
-// while the charge's answer is not stored yet or the gateway cannot answer now. A capture the
-// gateway refuses, where a look-up shows the authorization not captured, ends the charge: it
-// becomes failed (event charge.capture_failed) and its authorization is released (TaskVoid).
+// workCapture settles the queued capture of a charge answered succeeded with CaptureQueued
+// (TaskCapture), its sale looked up: settleCapture.
 func (s *Service) workCapture(ctx context.Context, t payrouter.Task) error {
+	return s.settleCapture(ctx, t, nil)
+}
+
+// settleCapture settles the queued capture of a charge answered succeeded with CaptureQueued:
+// nil when it is done (captured, kept at the sale, or nothing to capture any more);
+// fallback.ErrLater while the charge's answer is not stored yet, its sale's outcome is not known,
+// or a gateway cannot answer now; payrouter.ErrStale when the charge changed under it (settle
+// again). First the sale, if the charge has one that may hold money (settleSale; sale is its
+// own answer when this instance has it, else it is looked up): one that captured keeps the
+// charge. Then the capture. A capture the gateway refuses, where a look-up shows the
+// authorization not captured, ends the charge: it becomes failed (event charge.capture_failed)
+// and its authorization is released (TaskVoid).
+func (s *Service) settleCapture(ctx context.Context, t payrouter.Task, sale *payrouter.Result) error {
 	c, err := s.charges.Charge(ctx, t.ChargeID)
 	switch {
 	case errors.Is(err, payrouter.ErrNotFound):
@@ -106,6 +175,11 @@ func (s *Service) workCapture(ctx context.Context, t payrouter.Task) error {
 		return fmt.Errorf("%w: charge %s is still processing", fallback.ErrLater, t.ChargeID)
 	case !c.CaptureQueued || c.Gateway != t.Gateway || c.Reference != t.Reference:
 		return nil // captured already, or it keeps another attempt (whose release is queued)
+	}
+	if i := unsettledSale(c); i >= 0 {
+		if kept, err := s.settleSale(ctx, c, i, sale); err != nil || kept {
+			return err
+		}
 	}
 	tab, gw, err := s.reachable(ctx, t, payrouter.OpCapture)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 func (f *opsFixture) captureQueued(t *testing.T) payrouter.Task {
 	t.Helper()
 	c := f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) { c.CaptureQueued, c.Owner = true, "shop" })
-	if err := f.settler.QueueCapture(t.Context(), c, c.Gateway, c.Reference, c.GatewayReference); err != nil {
+	if err := f.settler.QueueCapture(t.Context(), c, c.Gateway, c.Reference, c.GatewayReference, false); err != nil {
 		t.Fatal(err)
 	}
 	tasks := f.store.Tasks()
@@ -268,8 +268,10 @@ func withHedgedRoute(t *testing.T, f *opsFixture) *opGateway {
 }
 
 // TestHedgedChargeIsCapturedAfterItsAnswer: POST /charge on a hedged route, through the
-// idempotency protocol as the API runs it. The answer is succeeded with the capture queued and
-// nothing captured yet; the capture follows the stored answer, once, and its task is gone.
+// idempotency protocol as the API runs it, its sale coming back only authorized (a gateway that
+// authorizes a sale and leaves its capture to be asked). The answer is succeeded with the capture
+// queued and nothing captured yet; the capture follows the stored answer, once, and its task is
+// gone: such a sale is captured, never left waiting.
 func TestHedgedChargeIsCapturedAfterItsAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newOpsFixture(t)

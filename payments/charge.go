@@ -75,16 +75,36 @@ func (s *Service) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
 	return s.charges.SaveCharge(ctx, c)
 }
 
-// NoteLateAnswer writes how a late attempt (gateway, ref) ended into its stored charge, once the
+// NoteLateAnswer writes how a late attempt (late's gateway, sent with ref) ended into its stored
+// charge (routing.Keeper), once the
 // charge's answer is stored: a charge still stored as processing is about to be written with its
-// answer, which this must not hold up (the attempt then stays as the answer showed it, unknown,
-// and the money is right either way).
-func (s *Service) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
-	return s.noteAttempt(ctx, chargeID, gateway, ref, func(c *payrouter.Charge, at *payrouter.Attempt) bool {
-		if c.Status == payrouter.StatusProcessing {
+// answer, which this must not hold up, so the note waits for it, looking again after
+// lateNoteWait, twice as long each time, up to storeTimeout in all (then the attempt stays as
+// the answer showed it, unknown, and the money is right either way: a recheck looks it up). A
+// void noted here spares that recheck its look-up.
+func (s *Service) NoteLateAnswer(ctx context.Context, chargeID, ref string, late payrouter.Attempt) error {
+	var processing bool
+	note := func(c *payrouter.Charge, at *payrouter.Attempt) bool {
+		if processing = c.Status == payrouter.StatusProcessing; processing {
 			return false
 		}
-		at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+		at.Outcome, at.Duration, at.Voided, at.Reference = late.Outcome, late.Duration, at.Voided || late.Voided, late.Reference
 		return true
-	})
+	}
+	wait := lateNoteWait
+	for waited := time.Duration(0); ; waited += wait {
+		processing = false
+		if err := s.noteAttempt(ctx, chargeID, late.Gateway, ref, note); err != nil || !processing || waited >= storeTimeout {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
+
+// lateNoteWait is the first wait of NoteLateAnswer for a charge's answer to be stored.
+const lateNoteWait = 10 * time.Millisecond

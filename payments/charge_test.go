@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -81,9 +82,11 @@ func (f *opsFixture) askAgain(t *testing.T, c *payrouter.Charge) (*payrouter.Cha
 // not take it, is sent by the queue's worker once it does.
 func TestQueuedVoidIsSent(t *testing.T) {
 	f := newOpsFixture(t)
-	c := f.charge(t, payrouter.StatusSucceeded)
+	stray := payrouter.AttemptReference("ch_test", 2)
+	c := f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) {
+		c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: "paywell", Outcome: payrouter.OutcomeSucceeded, Reference: stray, Hedge: true})
+	})
 	f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_stray"})
-	stray := payrouter.AttemptReference(c.ID, 2)
 	f.settler.ReleaseLater(t.Context(), payrouter.TaskVoid, c, "paywell", stray, "gw_stray", 0)
 	for _, err := range f.work(t) {
 		if err != nil {
@@ -107,7 +110,10 @@ func TestQueuedVoidIsSent(t *testing.T) {
 func TestReleaseWaitsForItsChargeToBeDecided(t *testing.T) {
 	f := newOpsFixture(t)
 	hedge := payrouter.AttemptReference("ch_test", 2)
-	c := f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) { c.Reference = hedge })
+	c := f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) {
+		c.Reference = hedge
+		c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: "paywell", Reference: hedge, Hedge: true})
+	})
 	f.gw.set(payrouter.OpStatus, payrouter.Result{Outcome: payrouter.OutcomeSucceeded, State: payrouter.TxAuthorized, GatewayReference: "gw_hedge"})
 	task := payrouter.Task{Kind: payrouter.TaskRecheck, Gateway: "paywell", ChargeID: c.ID, Reference: hedge}
 	if err := work(f.settler, t.Context(), task); !errors.Is(err, fallback.ErrLater) {
@@ -204,5 +210,49 @@ func TestNewChargeTakesTwoStoreCalls(t *testing.T) {
 	// The replay renders the charge as it stands now: one read more.
 	if want := map[string]int{"ClaimCharge": 1, "Charge": 1}; !maps.Equal(store.calls, want) {
 		t.Errorf("a replay made store calls %v; want %v", store.calls, want)
+	}
+}
+
+// TestNoteLateAnswerWaitsForTheAnswer: a hedge's loser voided before its charge's answer is
+// stored is noted once the answer is, so that its recheck finds it voided with no look-up.
+func TestNoteLateAnswerWaitsForTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOpsFixture(t)
+		c := f.charge(t, payrouter.StatusProcessing, func(c *payrouter.Charge) {
+			c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: "ding", Outcome: payrouter.OutcomeUnknown, Reference: "ch_test-a2", Hedge: true})
+		})
+		done := make(chan error)
+		go func() {
+			done <- f.settler.NoteLateAnswer(t.Context(), "ch_test", "ch_test-a2",
+				payrouter.Attempt{Gateway: "ding", Outcome: payrouter.OutcomeSucceeded, Duration: time.Second, Reference: "ch_test-a2", Voided: true})
+		}()
+		synctest.Wait() // the note waits: the answer is stored after the late answer came
+		c.Status = payrouter.StatusSucceeded
+		if err := f.store.SaveCharge(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if at := f.stored(t).Attempts[1]; !at.Voided || at.Outcome != payrouter.OutcomeSucceeded {
+			t.Errorf("attempt noted %+v; want its approval, voided", at)
+		}
+	})
+}
+
+// TestRecheckOfAnAttemptNeverSent: a hedge abandoned before it was sent (its charge was decided
+// first) is recorded with no reference, and its recheck ends at once, with no look-up: asking
+// would find it not found, again and again for RecheckFor.
+func TestRecheckOfAnAttemptNeverSent(t *testing.T) {
+	f := newOpsFixture(t)
+	f.charge(t, payrouter.StatusSucceeded, func(c *payrouter.Charge) {
+		c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: "paywell", Outcome: payrouter.OutcomeError, Hedge: true})
+	})
+	task := payrouter.Task{Kind: payrouter.TaskRecheck, Gateway: "paywell", ChargeID: "ch_test", Reference: "ch_test-a2", CreatedAt: f.now}
+	if err := work(f.settler, t.Context(), task); err != nil {
+		t.Fatalf("recheck of an attempt never sent: %v", err)
+	}
+	if calls := f.gw.Calls(); len(calls) != 0 {
+		t.Errorf("gateway calls %v; want none", calls)
 	}
 }

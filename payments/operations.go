@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/payrouter/payrouter"
@@ -50,13 +51,7 @@ func missed(tab *table, op payrouter.Operation, c *payrouter.Charge, a payrouter
 
 // lookUp asks the charge's gateway what it knows of the charge's transaction.
 func lookUp(ctx context.Context, tab *table, c *payrouter.Charge, gw payrouter.Gateway) routing.Result {
-	req := payrouter.TxRequest{
-		Reference: payrouter.OperationReference(c.Reference, payrouter.OpStatus), ChargeReference: c.Reference,
-		GatewayReference: c.GatewayReference, Amount: c.Amount, Currency: c.Currency,
-	}
-	return tab.gw.Call(c.Gateway, payrouter.OpStatus, req.Reference, func(ctx context.Context) payrouter.Result {
-		return gw.Status(ctx, req)
-	}).Do(ctx)
+	return lookUpAttempt(ctx, tab, c, gw, c.Gateway, c.Reference, c.GatewayReference)
 }
 
 // authorizationChange is capture or void: what ends a requires_capture charge.
@@ -350,6 +345,11 @@ func (s *Service) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (an
 		return true, payrouter.Attempt{}, nil
 	}
 	tab := s.table()
+	if i := unsettledSale(c); i >= 0 {
+		if look, ok := s.saleFirst(ctx, tab, c, i); !ok {
+			return false, look, nil
+		}
+	}
 	gw := tab.gw.Adapters[c.Gateway]
 	if gw == nil || c.Reference == "" || tab.gw.Domains.Guard(c.Gateway, payrouter.OpStatus) == nil {
 		// Stored before its first call and never settled (the process stopped mid-call), or held
@@ -386,6 +386,47 @@ func (s *Service) lookUpProcessing(ctx context.Context, c *payrouter.Charge) (an
 		return true, look, nil
 	}
 	return true, look, s.storeResolved(ctx, c)
+}
+
+// saleFirst looks up the sale c.Attempts[i] of a processing charge that names its hedge (its
+// instance stopped, or its capture could not be queued, with both in flight) before the hedge is
+// looked up, and perhaps captured: a sale that holds money (approved, captured or not) becomes
+// the charge's attempt, looked up next, and the hedge's authorization is released (a queued
+// recheck voids it); a sale that holds nothing lets the hedge be resolved. ok is false while the
+// sale's outcome is not known: the charge stays processing.
+func (s *Service) saleFirst(ctx context.Context, tab *table, c *payrouter.Charge, i int) (look payrouter.Attempt, ok bool) {
+	sale := &c.Attempts[i]
+	gw := tab.gw.Adapters[sale.Gateway]
+	if gw == nil || tab.gw.Domains.Guard(sale.Gateway, payrouter.OpStatus) == nil {
+		return payrouter.Attempt{Gateway: sale.Gateway, Outcome: payrouter.OutcomeUnknown}, false
+	}
+	found := lookUpAttempt(ctx, tab, c, gw, sale.Gateway, sale.Reference, "")
+	if found.Outcome != payrouter.OutcomeSucceeded {
+		s.log.InfoContext(ctx, "charge.unresolved", "charge_id", c.ID, "gateway", sale.Gateway, "lookup_outcome", found.Outcome, "detail", found.Detail)
+		return found.Attempt(), false
+	}
+	switch found.State {
+	case payrouter.TxAuthorized, payrouter.TxCaptured, payrouter.TxPartiallyRefunded, payrouter.TxRefunded:
+		if !slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool { return a.Gateway == c.Gateway && a.Reference == c.Reference }) {
+			// The hedge the charge was stored naming, in flight when its instance stopped: an
+			// attempt of the charge's, which its recheck releases.
+			c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: c.Gateway, Outcome: payrouter.OutcomeUnknown, Reference: c.Reference, Hedge: true})
+		}
+		s.ReleaseLater(ctx, payrouter.TaskRecheck, c, c.Gateway, c.Reference, c.GatewayReference, 0)
+		c.Gateway, c.Reference, c.GatewayReference = sale.Gateway, sale.Reference, found.GatewayReference
+		return found.Attempt(), true
+	case payrouter.TxDeclined, payrouter.TxFailed, payrouter.TxVoided:
+		sale.Resolved = found.State
+		return found.Attempt(), true
+	case payrouter.TxNotFound:
+		if s.now().Sub(c.CreatedAt) <= s.budget+tab.gw.Timeout(sale.Gateway, payrouter.OpCharge) {
+			return found.Attempt(), false // it may still be on its way
+		}
+		sale.Resolved = found.State
+		s.ReleaseLater(ctx, payrouter.TaskRecheck, c, sale.Gateway, sale.Reference, "", 0)
+		return found.Attempt(), true
+	}
+	return found.Attempt(), false // pending: not known yet
 }
 
 // moveOn sets a processing charge's status by what its gateway's look-up found (res), capturing

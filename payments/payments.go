@@ -41,11 +41,13 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	obs     Observer
-	// captures holds the queued capture (payrouter.Task, its ID set) of each charge being
-	// answered succeeded with its capture queued, by charge id, from QueueCapture until the
-	// answer is stored (captureAfterAnswer); late counts the captures sent after their answers.
-	captures sync.Map
-	late     sync.WaitGroup
+	// captures holds the queued capture of each charge being answered succeeded with its
+	// capture queued, by charge id, from QueueCapture until this instance settles it (once the
+	// answer is stored and, with a sale still running, its answer came: captureAfterAnswer,
+	// SaleAnswered); late counts the settlements made after their answers.
+	capturesMu sync.Mutex
+	captures   map[string]*queuedCapture
+	late       sync.WaitGroup
 	// hooks are the gateways' webhook keys, by gateway (SetWebhookKeys).
 	hooks atomic.Pointer[map[string]payrouter.WebhookKeys]
 }
@@ -109,7 +111,7 @@ type table struct {
 func New(cfg Config) *Service {
 	s := &Service{
 		router: cfg.Router, keys: cfg.Keys, events: cfg.Events, keysTTL: cfg.KeysTTL, hold: cfg.Hold, charges: cfg.Charges, refunds: cfg.Refunds, queue: cfg.Queue, budget: cfg.Budget,
-		log: cfg.Log, now: time.Now, obs: cfg.Observer,
+		log: cfg.Log, now: time.Now, obs: cfg.Observer, captures: map[string]*queuedCapture{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

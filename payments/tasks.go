@@ -58,7 +58,7 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 		// charge names its last flight until its answer is stored).
 		return fmt.Errorf("%w: charge %s is still processing", fallback.ErrLater, t.ChargeID)
 	case keeps:
-		return nil // the charge's own attempt: never released
+		return nil // the charge's own attempt, or never sent: never released
 	case voided:
 		// Voided already, by the void its late answer got at once (a hedge's loser): the
 		// gateway confirmed it holds nothing, and a look-up would be one more call for nothing.
@@ -113,7 +113,8 @@ func (s *Service) release(ctx context.Context, t payrouter.Task) error {
 // queued for a recheck that then won. Releasing it would refund the customer's own purchase.
 // decided is false while the charge is still processing: the attempt it names then is only where
 // a look-up would go (the last flight of a hedge, until the charge's answer is stored), and the
-// task waits for it to be decided. voided is true when the charge shows the attempt voided
+// task waits for it to be decided; and while the task's attempt is the sale of a charge whose
+// queued capture is not settled yet (settle.go). voided is true when the charge shows the attempt voided
 // (payrouter.Attempt.Voided: its gateway confirmed the void).
 func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, decided, voided bool, err error) {
 	c, err := s.charges.Charge(ctx, t.ChargeID)
@@ -126,8 +127,24 @@ func (s *Service) chargeKeeps(ctx context.Context, t payrouter.Task) (keeps, dec
 	voided = slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
 		return a.Voided && a.Gateway == t.Gateway && a.Reference == t.Reference
 	})
+	sent := c.Gateway == t.Gateway && c.Reference == t.Reference || slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
+		return a.Gateway == t.Gateway && a.Reference == t.Reference
+	})
 	switch {
 	case c.Status == payrouter.StatusProcessing:
+		return false, false, voided, nil
+	case !sent:
+		// A decided charge records the reference of every attempt that may have been sent
+		// (routing: a flight's reference is in every save from its launch on, and cleared only
+		// once its gateway is known never to have been called): this one never was, and
+		// nothing can be held for it. Looking it up would only find it not found, again and
+		// again for RecheckFor.
+		return true, true, voided, nil
+	case c.CaptureQueued && slices.ContainsFunc(c.Attempts, func(a payrouter.Attempt) bool {
+		return a.Sale && a.Gateway == t.Gateway && a.Reference == t.Reference
+	}) && unsettledSale(c) >= 0:
+		// The sale of a charge a hedge won, not settled yet: the settlement decides which of
+		// the two the charge keeps (settle.go).
 		return false, false, voided, nil
 	case c.Gateway != t.Gateway || c.Reference != t.Reference:
 		return false, true, voided, nil

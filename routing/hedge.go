@@ -13,9 +13,10 @@ import (
 
 // Hedge is a route's hedging (docs/architecture.md, Hedging safely): when the first gateway called
 // for a charge has not answered after a delay, the charge is also sent to the next gateway of
-// the route. Two gateways means two possible charges, so on a hedged route the first two
-// gateway calls authorize only; the first approval is kept (and captured after the charge's
-// answer when the charge asks for capture) and every other approval is voided.
+// the route. Two gateways means two possible charges, so the hedge authorizes only: the first
+// call is a sale (authorize and capture) when the charge asks for capture, and a hedge that
+// wins is captured only once the sale is known to hold nothing. The first approval is kept
+// and every other approval is voided.
 //
 // A Hedge is also the schema of routes[].hedge in a configuration file (docs/configuration.md).
 type Hedge struct {
@@ -24,9 +25,9 @@ type Hedge struct {
 	After HedgeAfter `yaml:"after"`
 	// Budget is the most extra gateway calls hedges may add, as a share of the route's charges,
 	// in (0, 1]; 0: DefaultHedgeBudget, the same as a file that leaves the key out. Every
-	// extra call counts: the hedge itself and the void of the approval that lost (a hedge
-	// costs two). The charge's one capture is not extra: it is made whether or not the charge
-	// was hedged.
+	// extra call counts: the hedge itself, and the void of the approval that lost or, when
+	// the hedge won a charge asking for capture, its settlement's call (the hedge's capture or
+	// void): a hedge costs two.
 	Budget float64 `yaml:"budget"`
 }
 
@@ -92,7 +93,8 @@ const (
 )
 
 // hedgeBudget is a route's token bucket: each charge adds its Budget, each extra gateway call
-// spends one: a hedge when it starts, the void of the approval that lost when it is sent.
+// spends one: a hedge when it starts, the void of the approval that lost when it is sent, the
+// settlement of a hedge that won a captured charge when it wins.
 type hedgeBudget struct {
 	mu     sync.Mutex
 	share  float64
@@ -200,29 +202,23 @@ func (t *table) hedgeDelay(h *Hedge, gateway string) (time.Duration, bool) {
 	return 0, false
 }
 
-// hedgeOf returns the hedging policy and budget of the route a charge matched, or nil.
-func (t *table) hedgeOf(route string) (*Hedge, *hedgeBudget) {
-	if route == "" {
-		return nil, nil // pinned to one gateway: nothing to hedge to
-	}
-	for i := range t.routes {
-		if t.routes[i].Name == route {
-			return t.routes[i].Hedge, t.hedgeBudgets[route]
-		}
-	}
-	return nil, nil
-}
-
-// flight is one authorize-only attempt of a hedged charge, on its own goroutine.
+// flight is one attempt of a hedged charge, on its own goroutine: a hedge authorizes only; the
+// first gateway called is a sale (authorized and captured in one call) when the charge asks for
+// capture, else it authorizes only too.
 type flight struct {
 	name  string
 	gw    payrouter.Gateway
 	ref   string
 	index int // its Attempt in the charge
 	hedge bool
+	sale  bool
 	start time.Time
 	// rechecked: a recheck of this flight is queued already (a primary, when its hedge started).
 	rechecked bool
+	// settles: the sale of a charge a hedge won, still running when the charge was decided:
+	// its answer settles the charge's queued capture (Keeper.SaleAnswered), it is never
+	// voided here. Set before the background that reads it starts (decide).
+	settles bool
 }
 
 // flightAnswer is what a flight came to: the gateway's answer, resolved by a status look-up when
@@ -264,13 +260,17 @@ type hedgedRun struct {
 }
 
 // hedged runs a charge's first gateways on a hedged route (docs/architecture.md, Hedging safely).
-// The first gateway called authorizes only; if it has not answered after the hedge delay and the
-// route's budget allows, the next gateway whose guard admits it is called too, authorize-only.
-// The rules, all about money:
-//   - The first approval wins. When the charge asks for capture, its capture is queued
-//     (TaskCapture) and the charge answered succeeded with CaptureQueued set, the capture made
-//     after the answer (completeWinner). Every other approval is voided at once, or queued
-//     (TaskVoid) until it is; that void is paid from the route's budget, as the hedge was.
+// The first gateway called makes a sale when the charge asks for capture (authorize and capture
+// in one call, as an unhedged charge does), else it authorizes only; if it has not answered
+// after the hedge delay and the route's budget allows, the next gateway whose guard admits it
+// is called too, authorize-only. The rules, all about money:
+//   - The first approval wins. A sale that wins is the charge, captured: one call for most
+//     charges. A hedge that wins a charge asking for capture is answered succeeded with
+//     CaptureQueued set and its capture queued (TaskCapture), made after the answer once the
+//     sale's final outcome says the sale holds nothing; a sale that captured keeps the charge
+//     and the hedge is voided instead (payments settles it: completeWinner). Every other
+//     approval is voided at once, or queued (TaskVoid) until it is; that void, or the hedge's
+//     settlement, is paid from the route's budget, as the hedge was.
 //   - An attempt still running when the winner is known does not hold the answer up: it ends
 //     in the background, bounded by its gateway's timeout and the budget, a TaskRecheck is
 //     queued at once so that a crash cannot leave its approval in place, and an approval it
@@ -284,9 +284,9 @@ type hedgedRun struct {
 //   - When neither was processed, the rest of the candidates are returned for ordinary failover.
 //
 // A route's hedging applies only when a hedge could happen at all (a delay is known, the budget
-// holds one, a second candidate exists); otherwise the charge runs the ordinary way, capture in
-// one call. hedged reports done when the charge is decided (or could not be stored); otherwise
-// rest is what is left to try.
+// holds one, a second candidate exists); otherwise the charge runs the ordinary way. hedged
+// reports done when the charge is decided (or could not be stored); otherwise rest is what is
+// left to try.
 func (run *chargeRun) hedged(ctx context.Context, policy *Hedge, budget *hedgeBudget, candidates []string) (rest []string, done bool) {
 	budget.charge()
 	h := &hedgedRun{chargeRun: run, answers: make(chan flightAnswer, len(candidates)), at: run.c.Stored, budget: budget}
@@ -409,9 +409,10 @@ func hasHedge(fs []*flight) bool {
 	return slices.ContainsFunc(fs, func(f *flight) bool { return f.hedge })
 }
 
-// launch starts one authorize-only attempt at gateway name on its own goroutine. The attempt is
-// not cancelled when the charge answers: its context ends at the budget's deadline, and the
-// guard bounds the call by the gateway's timeout, so the goroutine always ends.
+// launch starts one attempt at gateway name on its own goroutine: a hedge authorizes only, the
+// first gateway is a sale when the charge asks for capture. The attempt is not cancelled when
+// the charge answers: its context ends at the budget's deadline, and the guard bounds the call
+// by the gateway's timeout, so the goroutine always ends.
 func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight {
 	c := h.c
 	ref := payrouter.AttemptReference(c.ID, len(c.Attempts)+1)
@@ -420,10 +421,13 @@ func (h *hedgedRun) launch(ctx context.Context, name string, hedge bool) *flight
 	snapshot := *c
 	snapshot.Attempts = slices.Clone(c.Attempts)
 	snapshot.Gateway, snapshot.Reference = name, ref // where the reconciler looks, should this process die mid-call
-	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Hedge: hedge})
-	f := &flight{name: name, gw: h.tab.gw.Adapters[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, start: h.r.now()}
+	sale := !hedge && c.Capture
+	// Its reference from now on, in every save a later flight makes: should this process die
+	// with it in flight, the reconciler and the releases know it may have been sent.
+	c.Attempts = append(c.Attempts, payrouter.Attempt{Gateway: name, Reference: ref, Hedge: hedge, Sale: sale})
+	f := &flight{name: name, gw: h.tab.gw.Adapters[name], ref: ref, index: len(c.Attempts) - 1, hedge: hedge, sale: sale, start: h.r.now()}
 
-	req := authorization(c, ref, false)
+	req := authorization(c, ref, sale)
 	look := payrouter.Charge{ID: c.ID, Amount: c.Amount, Currency: c.Currency}
 	call := h.tab.gw.Call(name, payrouter.OpCharge, ref, func(ctx context.Context) payrouter.Result { return f.gw.Authorize(ctx, req) })
 	call.Attempt, call.Hedge = f.index+1, hedge
@@ -495,8 +499,9 @@ func (h *hedgedRun) storeFailed() bool {
 func (h *hedgedRun) record(a flightAnswer) {
 	at := &h.c.Attempts[a.f.index]
 	at.Outcome, at.Duration, at.Resolved = a.own, a.d, a.resolved
-	if a.called {
-		at.Reference = a.f.ref
+	if !a.called {
+		at.Reference = "" // never sent: nothing can be held there
+	} else {
 		if a.res.Outcome != payrouter.OutcomeSucceeded {
 			h.r.log.Info("charge.attempt", "charge_id", h.c.ID, "gateway", a.f.name, "outcome", a.res.Outcome,
 				"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "detail", a.res.Detail)
@@ -572,6 +577,11 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 			h.keep.ReleaseLater(ctx, payrouter.TaskRecheck, h.c, a.f.name, a.f.ref, a.res.GatewayReference, 0)
 		}
 	}
+	if win != nil && win.f.hedge && h.c.Capture {
+		for _, f := range live {
+			f.settles = f.sale // its answer settles the hedge's capture, before abandon reads it
+		}
+	}
 	if len(live) > 0 {
 		h.abandon(ctx, live)
 	}
@@ -588,31 +598,71 @@ func (h *hedgedRun) decide(ctx context.Context, answered []flightAnswer, live []
 		}
 		h.r.obs.HedgeDone(result)
 	}
-	h.completeWinner(ctx, win)
+	h.completeWinner(ctx, win, answered, live)
 	return true
 }
 
-// completeWinner completes the winning authorization when the charge asks for capture. The
-// capture is queued (Keeper.QueueCapture) and the charge answered succeeded with CaptureQueued
-// set: the capture is made after the answer, off the customer's time (the owner of the
-// charge's life sends it as soon as the answer is stored, and the queue's worker if that
-// instance cannot), so a gateway's slow capture no longer adds its tail to the charge's. Should
-// the capture not be queued, it is made now, and only a confirmed capture makes the charge
-// succeeded: anything else leaves it processing, and the reconciler, finding it authorized with
-// capture wanted, captures it.
-func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer) {
+// saleOf tells of the sale among a charge's flights: unsettled while it may still hold money
+// (running, or answered without a final word), running while its answer has not come; both
+// false when there is no sale or it certainly holds nothing (not sent, declined, refused).
+func saleOf(answered []flightAnswer, live []*flight) (unsettled, running bool) {
+	for _, f := range live {
+		if f.sale {
+			return true, true
+		}
+	}
+	for _, a := range answered {
+		if a.f.sale {
+			k := kindOf(a)
+			return k == maybe || k == approval, false
+		}
+	}
+	return false, false
+}
+
+// completeWinner completes the winning attempt when the charge asks for capture. A sale that
+// won captured in its own call: Apply made the charge what its gateway says. A hedge that won
+// (or a sale that came back only authorized) only authorized: its capture is queued
+// (Keeper.QueueCapture) and the charge answered succeeded with CaptureQueued set, the capture
+// made after the answer, off the customer's time, so a gateway's slow capture no longer adds
+// its tail to the charge's. While the sale may still hold
+// money (running, or answered without a final word), the queued capture settles first from the
+// sale's final outcome (awaitSale, and the sale's answer handed over by finishLate): nothing is
+// captured at the hedge before the sale is known to hold nothing. The settlement's call (the
+// hedge's capture or void) is the hedge's second extra call, paid from the route's budget.
+//
+// Should the capture not be queued: with the sale settled it is made now, and only a confirmed
+// capture makes the charge succeeded (anything else leaves it processing, and the reconciler,
+// finding it authorized with capture wanted, captures it); with the sale unsettled nothing is
+// captured and the charge answers processing: the reconciler looks the sale up first.
+func (h *hedgedRun) completeWinner(ctx context.Context, win *flightAnswer, answered []flightAnswer, live []*flight) {
 	c := h.c
-	if !c.Capture {
+	switch {
+	case !c.Capture:
 		c.Status = payrouter.StatusRequiresCapture
 		return
-	}
-	if win.res.State == payrouter.TxCaptured {
+	case !win.f.hedge && win.res.State != payrouter.TxAuthorized:
+		return // the sale captured in its own call: as its gateway answered
+	case win.res.State == payrouter.TxCaptured:
 		c.Status = payrouter.StatusSucceeded // the gateway captured it already
 		return
 	}
-	err := h.keep.QueueCapture(ctx, c, win.f.name, win.f.ref, win.res.GatewayReference)
+	// A hedge, or a sale that came back only authorized (captured after the answer too, never
+	// left waiting).
+	var unsettled, running bool
+	if win.f.hedge {
+		h.budget.spend()
+		unsettled, running = saleOf(answered, live)
+	}
+	err := h.keep.QueueCapture(ctx, c, win.f.name, win.f.ref, win.res.GatewayReference, running)
 	if err == nil {
 		c.Status, c.CaptureQueued = payrouter.StatusSucceeded, true
+		return
+	}
+	if unsettled {
+		c.Status = payrouter.StatusProcessing
+		h.r.log.WarnContext(ctx, "charge.capture_not_queued", "charge_id", c.ID, "gateway", win.f.name, "err", err,
+			"then", "processing: the reconciler looks the sale up before anything is captured")
 		return
 	}
 	h.r.log.WarnContext(ctx, "charge.capture_not_queued", "charge_id", c.ID, "gateway", win.f.name, "err", err,
@@ -660,10 +710,16 @@ func (h *hedgedRun) abandon(ctx context.Context, live []*flight) {
 // finishLate handles the answer of an attempt that ended after its charge was decided: an
 // approval is voided at once, through the gateways of the charge's table (or queued until it
 // is), and the stored charge shows how it ended. The void is an extra call of the hedge: the
-// route's budget pays for it.
+// route's budget pays for it. The sale of a charge a hedge won is never voided here: its answer
+// goes to the Keeper, which settles the charge's queued capture from it.
 func (r *Router) finishLate(tab *table, keep Keeper, budget *hedgeBudget, c *payrouter.Charge, a flightAnswer) {
 	voided := false
-	if a.res.Outcome == payrouter.OutcomeSucceeded {
+	if a.f.hedge && !a.called {
+		budget.giveBack() // abandoned before it was sent: it cost no call
+	}
+	if a.f.settles {
+		defer keep.SaleAnswered(c.ID, a.res)
+	} else if a.res.Outcome == payrouter.OutcomeSucceeded {
 		budget.spend()
 		r.obs.HedgeDone("voided")
 		voided = r.voidStray(tab.gw, keep, c, a.f.name, a.f.ref, a.res.GatewayReference)
@@ -672,7 +728,11 @@ func (r *Router) finishLate(tab *table, keep Keeper, budget *hedgeBudget, c *pay
 		"duration_ms", a.d.Milliseconds(), "hedge", a.f.hedge, "voided", voided)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := keep.NoteLateAnswer(ctx, c.ID, a.f.name, a.f.ref, a.own, a.d, voided); err != nil {
+	at := payrouter.Attempt{Gateway: a.f.name, Outcome: a.own, Duration: a.d, Voided: voided}
+	if a.called {
+		at.Reference = a.f.ref
+	}
+	if err := keep.NoteLateAnswer(ctx, c.ID, a.f.ref, at); err != nil {
 		r.log.WarnContext(ctx, "charge.store_failed", "charge_id", c.ID, "err", err)
 	}
 }

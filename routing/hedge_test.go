@@ -272,10 +272,30 @@ func (f *hedgeFixture) wantCaptureQueued(t *testing.T, c *payrouter.Charge) {
 	}
 }
 
+// wantCaptured checks that c was answered succeeded, captured in its own call (a sale), nothing
+// queued to capture it.
+func (f *hedgeFixture) wantCaptured(t *testing.T, c *payrouter.Charge) {
+	t.Helper()
+	if c.Status != payrouter.StatusSucceeded || c.CaptureQueued {
+		t.Errorf("status %s, capture queued %v; want succeeded, captured", c.Status, c.CaptureQueued)
+	}
+	if m := f.gw[c.Gateway].money(); m[c.Reference] != payrouter.TxCaptured {
+		t.Errorf("%s ledger %v; want %s captured", c.Gateway, m, c.Reference)
+	}
+	for _, task := range f.tasks(t) {
+		if strings.HasPrefix(task, "capture ") {
+			t.Errorf("task %q queued; want none", task)
+		}
+	}
+}
+
 func hedgeAttempts(c *payrouter.Charge) []string {
 	var out []string
 	for _, a := range c.Attempts {
 		s := a.Gateway + "/" + string(a.Outcome)
+		if a.Sale {
+			s += " sale"
+		}
 		if a.Hedge {
 			s += " hedge"
 		}
@@ -294,6 +314,8 @@ func want[T comparable](t *testing.T, what string, got, want []T) {
 	}
 }
 
+// TestHedgeNotNeededWhenTheFirstGatewayIsFast: a captured charge's first call is a sale, as on
+// any route: one call, captured, nothing queued.
 func TestHedgeNotNeededWhenTheFirstGatewayIsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
@@ -302,15 +324,19 @@ func TestHedgeNotNeededWhenTheFirstGatewayIsFast(t *testing.T) {
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
 			t.Fatalf("status %s at %q, err %v; want succeeded at paywell", c.Status, c.Gateway, err)
 		}
-		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded"})
-		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{"authorize ch_test-a1 capture=false"})
+		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded sale"})
+		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{"authorize ch_test-a1 capture=true"})
 		want(t, "ding calls", f.gw["ding"].callsLike(""), nil)
 		want(t, "hedges", f.obs.got(), nil)
-		f.wantCaptureQueued(t, c)
+		f.wantCaptured(t, c)
 	})
 }
 
-func TestHedgeWinsAndTheSlowApprovalIsVoided(t *testing.T) {
+// TestHedgeWinsWhileTheSaleRuns: the hedge's authorization answers first. The charge is answered
+// at the hedge delay, succeeded with the hedge's capture queued to wait for the sale; the sale is
+// never voided by the router, its late answer is handed to the Keeper, which settles the capture
+// from it (payments: settle_test.go).
+func TestHedgeWinsWhileTheSaleRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
 		slow := make(chan struct{})
@@ -323,36 +349,32 @@ func TestHedgeWinsAndTheSlowApprovalIsVoided(t *testing.T) {
 		if took := time.Since(start); took != 100*time.Millisecond {
 			t.Errorf("the answer took %v; want the hedge delay and no more: paywell's slowness must not hold it", took)
 		}
-		want(t, "attempts", hedgeAttempts(c), []string{"paywell/unknown", "ding/succeeded hedge"})
+		want(t, "attempts", hedgeAttempts(c), []string{"paywell/unknown sale", "ding/succeeded hedge"})
 		want(t, "ding calls", f.gw["ding"].callsLike(""), []string{"authorize ch_test-a2 capture=false"})
-		// Queued before the answer: a crash now must not leave paywell's approval in place,
-		// nor ding's uncaptured.
+		// Queued before the answer: a crash now leaves the settlement to the queue.
 		want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1"})
 		f.wantCaptureQueued(t, c)
 
-		close(slow)          // paywell approves, late
-		f.router.late.Wait() // the late answer is handled in the background
-		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{
-			"authorize ch_test-a1 capture=false", "void ch_test-a1 as ch_test-a1-void"})
-		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxVoided {
-			t.Errorf("paywell ledger %v, want the late approval voided", m)
+		close(slow)          // the sale captures, late
+		f.router.late.Wait() // the late answer is handed over in the background
+		want(t, "paywell calls", f.gw["paywell"].callsLike(""), []string{"authorize ch_test-a1 capture=true"})
+		await, sales := f.keep.told()
+		want(t, "QueueCapture awaits the sale", await, []bool{true})
+		if len(sales) != 1 || sales[0].Outcome != payrouter.OutcomeSucceeded || sales[0].State != payrouter.TxCaptured {
+			t.Errorf("sale answers handed over %+v; want its capture", sales)
 		}
-		if n := f.captured(); n != 1 {
-			t.Errorf("%d captures (made or queued) over the gateways, want exactly 1", n)
-		}
-		want(t, "hedges", f.obs.got(), []string{"won_hedge", "voided"})
+		want(t, "hedges", f.obs.got(), []string{"won_hedge"})
 		stored, err := f.store.Charge(t.Context(), c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want(t, "stored attempts", hedgeAttempts(stored), []string{"paywell/succeeded voided", "ding/succeeded hedge"})
+		want(t, "stored attempts", hedgeAttempts(stored), []string{"paywell/succeeded sale", "ding/succeeded hedge"})
 		if stored.Status != payrouter.StatusSucceeded || !stored.CaptureQueued {
-			t.Errorf("stored status %s, capture queued %v", stored.Status, stored.CaptureQueued)
+			t.Errorf("stored status %s, capture queued %v; want its settlement still to come", stored.Status, stored.CaptureQueued)
 		}
 	})
 }
-
-func TestHedgeBothApproveOneIsCapturedTheOtherVoided(t *testing.T) {
+func TestHedgeBothApproveTheSaleWinsTheHedgeIsVoided(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
 		f.gw["paywell"].delay = 150 * time.Millisecond // slower than the hedge delay, faster than ding
@@ -362,7 +384,7 @@ func TestHedgeBothApproveOneIsCapturedTheOtherVoided(t *testing.T) {
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
 			t.Fatalf("status %s at %q, err %v; want succeeded at paywell", c.Status, c.Gateway, err)
 		}
-		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded", "ding/unknown hedge"})
+		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded sale", "ding/unknown hedge"})
 		close(slow)
 		f.router.late.Wait() // the late answer is handled in the background
 		if n := f.captured(); n != 1 {
@@ -371,32 +393,31 @@ func TestHedgeBothApproveOneIsCapturedTheOtherVoided(t *testing.T) {
 		if dg := f.gw["ding"].money(); dg["ch_test-a2"] != payrouter.TxVoided {
 			t.Errorf("ding ledger %v; want ding's voided", dg)
 		}
-		f.wantCaptureQueued(t, c)
+		f.wantCaptured(t, c)
 		want(t, "hedges", f.obs.got(), []string{"won_primary", "voided"})
 	})
 }
-
 func TestHedgeVoidThatFailsIsQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
+		f.gw["paywell"].delay = 150 * time.Millisecond
 		slow := make(chan struct{})
-		f.gw["paywell"].hold = slow
-		f.gw["paywell"].voidFails = true
+		f.gw["ding"].hold = slow
+		f.gw["ding"].voidFails = true
 		c, err := charge(t.Context(), f.router, f.keep, newCharge())
-		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "ding" {
-			t.Fatalf("status %s at %q, err %v; want succeeded at ding", c.Status, c.Gateway, err)
+		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
+			t.Fatalf("status %s at %q, err %v; want succeeded at paywell", c.Status, c.Gateway, err)
 		}
 		close(slow)
 		f.router.late.Wait() // the late answer is handled in the background
-		want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1", "void paywell ch_test-a1"})
-		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxAuthorized {
-			t.Errorf("paywell ledger %v; want the approval still authorized (never captured), for the queue to void", m)
+		want(t, "tasks", f.tasks(t), []string{"recheck ding ch_test-a2", "recheck paywell ch_test-a1", "void ding ch_test-a2"})
+		if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxAuthorized {
+			t.Errorf("ding ledger %v; want the approval still authorized (never captured), for the queue to void", m)
 		}
 
 		// The queue's worker voids it (settle's release of a TaskVoid, tested there).
 	})
 }
-
 func TestHedgeBudgetBoundsTheExtraCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := hedgeRoute
@@ -409,27 +430,30 @@ func TestHedgeBudgetBoundsTheExtraCalls(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.router.late.Wait() // the loser's void is sent (and paid for) before the next charge
+			f.router.late.Wait()
 			statuses = append(statuses, c.Gateway+"/"+string(c.Status))
 		}
 		// Budget 0.5: the first charge has half a call, the second a whole one, which pays for
-		// the hedge; the void of paywell's late approval is paid by the next two charges, and
-		// the hedge after it by the two after them: a hedge costs two calls.
+		// the hedge; the settlement of its capture (the hedge's capture, or its void when the
+		// sale captured) is paid by the next two charges, and the hedge after it by the two
+		// after them: a hedge costs two calls.
 		want(t, "charges", statuses, []string{"paywell/succeeded", "ding/succeeded", "paywell/succeeded", "paywell/succeeded", "paywell/succeeded", "ding/succeeded"})
 		want(t, "ding authorizations", f.gw["ding"].callsLike("authorize"), []string{
 			"authorize ch_1-a2 capture=false", "authorize ch_5-a2 capture=false"})
-		want(t, "voids", slices.Concat(f.gw["paywell"].callsLike("void"), f.gw["ding"].callsLike("void")), []string{
-			"void ch_1-a1 as ch_1-a1-void", "void ch_5-a1 as ch_5-a1-void"})
-		// Charges that could not be hedged capture in one call, as on any route.
-		if got := f.gw["paywell"].callsLike("authorize ch_0"); !slices.Equal(got, []string{"authorize ch_0-a1 capture=true"}) {
-			t.Errorf("unhedged charge at paywell: %q", got)
+		// Every charge's first call is a sale, hedged or not.
+		for i := range 6 {
+			ref := fmt.Sprintf("ch_%d-a1", i)
+			if got := f.gw["paywell"].callsLike("authorize " + ref); !slices.Equal(got, []string{"authorize " + ref + " capture=true"}) {
+				t.Errorf("charge %d at paywell: %q", i, got)
+			}
 		}
-		if n := f.captured(); n != 6 {
-			t.Errorf("%d captures (made or queued) for 6 charges", n)
+		await, sales := f.keep.told()
+		want(t, "QueueCapture awaits the sale", await, []bool{true, true})
+		if len(sales) != 2 {
+			t.Errorf("sale answers handed over %+v; want both hedged charges'", sales)
 		}
 	})
 }
-
 func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t, Route{Name: "pair", Gateways: []string{"paywell", "ding"}, Hedge: &Hedge{After: HedgeAfter{Delay: 100 * time.Millisecond}, Budget: 1}})
@@ -439,10 +463,10 @@ func TestHedgeNotSentToAnOpenBreaker(t *testing.T) {
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
 			t.Fatalf("status %s at %q, err %v; want succeeded at paywell", c.Status, c.Gateway, err)
 		}
-		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded", "ding/breaker_open hedge"})
+		want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded sale", "ding/breaker_open hedge"})
 		want(t, "ding calls", f.gw["ding"].callsLike(""), nil)
 		want(t, "hedges", f.obs.got(), nil)
-		f.wantCaptureQueued(t, c)
+		f.wantCaptured(t, c)
 		// The refused hedge cost nothing: the budget still holds the next charge's hedge.
 		if !f.router.table().hedgeBudgets["pair"].has() {
 			t.Error("a hedge refused by the breaker spent the budget")
@@ -514,29 +538,53 @@ func TestHedgeCapturedChargeAnswersBeforeItsCapture(t *testing.T) {
 	})
 }
 
-// TestHedgeCaptureNotQueuedIsMadeBeforeTheAnswer: with no queue to keep it, the capture is made
-// before the answer, and only a confirmed one answers succeeded.
-func TestHedgeCaptureNotQueuedIsMadeBeforeTheAnswer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := newHedgeFixture(t)
-		f.keep.noCaptureQueue = true
-		f.gw["paywell"].delay = 300 * time.Millisecond
-		c, err := charge(t.Context(), f.router, f.keep, newCharge())
-		if err != nil || c.Status != payrouter.StatusSucceeded || c.CaptureQueued || c.Gateway != "ding" {
-			t.Fatalf("status %s at %q (capture queued %v), err %v; want succeeded at ding, captured", c.Status, c.Gateway, c.CaptureQueued, err)
-		}
-		if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxCaptured {
-			t.Errorf("ding ledger %v, want the charge captured before its answer", m)
-		}
+// TestHedgeCaptureNotQueued: with no queue to keep the hedge's capture, it is made before the
+// answer once the sale is known to hold nothing (only a confirmed one answers succeeded); while
+// the sale may hold money nothing is captured, and the charge answers processing for the
+// reconciler, which looks the sale up first.
+func TestHedgeCaptureNotQueued(t *testing.T) {
+	t.Run("the sale declined: captured before the answer", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newHedgeFixture(t)
+			f.keep.noCaptureQueue = true
+			f.gw["paywell"].delay = 150 * time.Millisecond
+			f.gw["paywell"].decline = true
+			f.gw["ding"].delay = 100 * time.Millisecond // answers at 200ms, after the sale's decline
+			c, err := charge(t.Context(), f.router, f.keep, newCharge())
+			if err != nil || c.Status != payrouter.StatusSucceeded || c.CaptureQueued || c.Gateway != "ding" {
+				t.Fatalf("status %s at %q (capture queued %v), err %v; want succeeded at ding, captured", c.Status, c.Gateway, c.CaptureQueued, err)
+			}
+			if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxCaptured {
+				t.Errorf("ding ledger %v, want the charge captured before its answer", m)
+			}
+		})
+	})
+	t.Run("the sale still running: processing, nothing captured", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newHedgeFixture(t)
+			f.keep.noCaptureQueue = true
+			slow := make(chan struct{})
+			f.gw["paywell"].hold = slow
+			c, err := charge(t.Context(), f.router, f.keep, newCharge())
+			if err != nil || c.Status != payrouter.StatusProcessing || c.Gateway != "ding" {
+				t.Fatalf("status %s at %q, err %v; want processing at ding", c.Status, c.Gateway, err)
+			}
+			want(t, "ding captures", f.gw["ding"].callsLike("capture"), nil)
+			close(slow)
+			f.router.late.Wait()
+			if n := f.captured(); n != 1 {
+				t.Errorf("%d captures; want the sale's alone", n)
+			}
+		})
 	})
 }
-
 func TestHedgeCaptureFailureLeavesTheChargeProcessing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newHedgeFixture(t)
 		f.keep.noCaptureQueue = true
-		slow := make(chan struct{})
-		f.gw["paywell"].hold = slow
+		f.gw["paywell"].delay = 150 * time.Millisecond
+		f.gw["paywell"].decline = true
+		f.gw["ding"].delay = 100 * time.Millisecond
 		f.gw["ding"].captureFails = true
 		c, err := charge(t.Context(), f.router, f.keep, newCharge())
 		if err != nil {
@@ -549,11 +597,6 @@ func TestHedgeCaptureFailureLeavesTheChargeProcessing(t *testing.T) {
 		}
 		if m := f.gw["ding"].money(); m["ch_test-a2"] != payrouter.TxAuthorized {
 			t.Errorf("ding ledger %v", m)
-		}
-		close(slow)
-		f.router.late.Wait() // the late answer is handled in the background
-		if m := f.gw["paywell"].money(); m["ch_test-a1"] != payrouter.TxVoided {
-			t.Errorf("paywell ledger %v, want the losing approval voided", m)
 		}
 		if n := f.captured(); n != 0 {
 			t.Errorf("%d captures; the capture failed", n)
@@ -584,7 +627,7 @@ func TestHedgeDeclineWaitsForTheOtherAttempt(t *testing.T) {
 			if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "paywell" {
 				t.Fatalf("status %s at %q, err %v; want paywell's approval", c.Status, c.Gateway, err)
 			}
-			want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded", "ding/declined hedge"})
+			want(t, "attempts", hedgeAttempts(c), []string{"paywell/succeeded sale", "ding/declined hedge"})
 			want(t, "hedges", f.obs.got(), []string{"won_primary"})
 		})
 	})
@@ -613,7 +656,7 @@ func TestHedgeNeitherProcessedFailsOver(t *testing.T) {
 		if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "tranglo" {
 			t.Fatalf("status %s at %q, err %v; want succeeded at tranglo", c.Status, c.Gateway, err)
 		}
-		want(t, "attempts", hedgeAttempts(c), []string{"paywell/unavailable", "ding/unavailable hedge", "tranglo/succeeded"})
+		want(t, "attempts", hedgeAttempts(c), []string{"paywell/unavailable sale", "ding/unavailable hedge", "tranglo/succeeded"})
 		want(t, "tranglo calls", f.gw["tranglo"].callsLike(""), []string{"authorize ch_test-a3 capture=true"})
 	})
 }
@@ -630,9 +673,13 @@ func TestHedgeUnknownAttemptNeverMovesToAThirdGateway(t *testing.T) {
 			if err != nil || c.Status != payrouter.StatusSucceeded || c.Gateway != "ding" {
 				t.Fatalf("status %s at %q, err %v; want ding's approval", c.Status, c.Gateway, err)
 			}
-			want(t, "attempts", hedgeAttempts(c), []string{"paywell/timeout", "ding/succeeded hedge"})
+			want(t, "attempts", hedgeAttempts(c), []string{"paywell/timeout sale", "ding/succeeded hedge"})
 			want(t, "tasks", f.tasks(t), []string{"capture ding ch_test-a2", "recheck paywell ch_test-a1"})
 			want(t, "tranglo calls", f.gw["tranglo"].callsLike(""), nil)
+			// The sale answered, unknown: the capture settles by looking it up, with no
+			// answer to wait for.
+			await, _ := f.keep.told()
+			want(t, "QueueCapture awaits the sale", await, []bool{false})
 		})
 	})
 	t.Run("no approval: processing, nothing sent further", func(t *testing.T) {

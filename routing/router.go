@@ -40,13 +40,19 @@ type Keeper interface {
 	// ReleaseLater queues the release of an attempt no charge keeps (payrouter.TaskVoid,
 	// TaskRecheck), started no sooner than after.
 	ReleaseLater(ctx context.Context, kind payrouter.TaskKind, c *payrouter.Charge, gateway, ref, gwRef string, after time.Duration)
-	// NoteLateAnswer writes into the stored charge how an attempt that answered after the
-	// charge was decided ended.
-	NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error
+	// NoteLateAnswer writes into the stored charge how its attempt sent with reference ref,
+	// which answered after the charge was decided, ended: at's outcome, duration and voided,
+	// and its reference, empty when the gateway was never called (nothing can be held there).
+	NoteLateAnswer(ctx context.Context, chargeID, ref string, at payrouter.Attempt) error
 	// QueueCapture queues the capture of c's authorization (gateway, ref, gwRef), the one c
 	// keeps (payrouter.TaskCapture), durably, before c is answered succeeded with its capture
-	// queued. An error queued nothing: the capture is then made before the answer.
-	QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error
+	// queued; it is made only once c's sale (payrouter.Attempt.Sale), if any, holds nothing.
+	// awaitSale: the sale is still running, and SaleAnswered brings its answer. An error
+	// queued nothing.
+	QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string, awaitSale bool) error
+	// SaleAnswered hands over the answer of the sale of charge chargeID that was still running
+	// when a hedge won it (QueueCapture with awaitSale): the queued capture settles from it.
+	SaleAnswered(chargeID string, res payrouter.Result)
 }
 
 // Observer is told what the router decided beyond single gateway calls (the resilience Observer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -340,6 +341,10 @@ type storeKeeper struct {
 	queue   payrouter.Queue
 	// noCaptureQueue makes QueueCapture fail, as a queue that does not answer does.
 	noCaptureQueue bool
+	// mu guards what SaleAnswered and QueueCapture were told.
+	mu        sync.Mutex
+	awaitSale []bool             // by QueueCapture, in order
+	sales     []payrouter.Result // by SaleAnswered, in order
 }
 
 func (k *storeKeeper) SaveCharge(ctx context.Context, c *payrouter.Charge) error {
@@ -355,7 +360,10 @@ func (k *storeKeeper) ReleaseLater(ctx context.Context, kind payrouter.TaskKind,
 		GatewayReference: gwRef, Amount: c.Amount, Currency: c.Currency, NotBefore: now.Add(after), CreatedAt: now})
 }
 
-func (k *storeKeeper) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string) error {
+func (k *storeKeeper) QueueCapture(ctx context.Context, c *payrouter.Charge, gateway, ref, gwRef string, awaitSale bool) error {
+	k.mu.Lock()
+	k.awaitSale = append(k.awaitSale, awaitSale)
+	k.mu.Unlock()
 	if k.queue == nil || k.noCaptureQueue {
 		return errors.New("no queue")
 	}
@@ -365,15 +373,28 @@ func (k *storeKeeper) QueueCapture(ctx context.Context, c *payrouter.Charge, gat
 	return err
 }
 
-func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, gateway, ref string, outcome payrouter.Outcome, d time.Duration, voided bool) error {
+func (k *storeKeeper) SaleAnswered(_ string, res payrouter.Result) {
+	k.mu.Lock()
+	k.sales = append(k.sales, res)
+	k.mu.Unlock()
+}
+
+// told returns what QueueCapture was told of awaiting a sale, and the sales' answers handed over.
+func (k *storeKeeper) told() ([]bool, []payrouter.Result) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.awaitSale), slices.Clone(k.sales)
+}
+
+func (k *storeKeeper) NoteLateAnswer(ctx context.Context, chargeID, ref string, late payrouter.Attempt) error {
 	for {
 		c, err := k.charges.Charge(ctx, chargeID)
 		if err != nil || c.Status == payrouter.StatusProcessing {
 			return err
 		}
 		for i := range c.Attempts {
-			if at := &c.Attempts[i]; at.Gateway == gateway && at.Reference == ref {
-				at.Outcome, at.Duration, at.Voided = outcome, d, at.Voided || voided
+			if at := &c.Attempts[i]; at.Gateway == late.Gateway && at.Reference == ref {
+				at.Outcome, at.Duration, at.Voided, at.Reference = late.Outcome, late.Duration, at.Voided || late.Voided, late.Reference
 			}
 		}
 		if err := k.charges.SaveCharge(ctx, c); !errors.Is(err, payrouter.ErrStale) {

@@ -100,10 +100,11 @@ func charge(t *testing.T, url, key, currency string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestCloseWaitsForLateWork: a hedged charge answers on the fast gateway while the slow one's
-// approval is still on its way. Close, called as soon as the charge answered, returns only once
-// that approval has been voided, through connections and a store that are still open: a
-// service that closed at once would leave the card held.
+// TestCloseWaitsForLateWork: a hedged charge answers on the fast gateway's authorization (the
+// hedge) while the slow one's sale is still on its way. Close, called as soon as the charge
+// answered, returns only once the charge is settled from that sale, through connections and a
+// store that are still open: the sale captured, so it keeps the charge and the hedge's
+// authorization is voided. A service that closed at once would leave the card held twice.
 func TestCloseWaitsForLateWork(t *testing.T) {
 	sims := gatewaySims(t)
 	sims["paywell"].SetBehavior(sim.Behavior{Latency: 600 * time.Millisecond})
@@ -114,15 +115,18 @@ routes:
     hedge: {after: 50ms, budget: 1}
 `))
 	status, body := charge(t, url, "late-1", "USD")
-	if status != 201 || !strings.Contains(body, `"gateway":"ding"`) {
-		t.Fatalf("the hedged charge answered %d %s, want 201 on ding", status, body)
+	if status != 201 || !strings.Contains(body, `"gateway":"ding"`) || !strings.Contains(body, `"capture_queued":true`) {
+		t.Fatalf("the hedged charge answered %d %s, want 201 on ding, its capture queued", status, body)
 	}
-	if txs := sims["paywell"].Ledger().Transactions(); len(txs) != 1 || txs[0].Status != sim.StatusAuthorized {
-		t.Fatalf("paywell's ledger before Close: %+v, want one authorization still answering", txs)
+	if txs := sims["ding"].Ledger().Transactions(); len(txs) != 1 || txs[0].Status != sim.StatusAuthorized {
+		t.Fatalf("ding's ledger before Close: %+v, want the hedge's authorization", txs)
 	}
 	svc.Close()
-	if txs := sims["paywell"].Ledger().Transactions(); len(txs) != 1 || txs[0].Status != sim.StatusVoided {
-		t.Errorf("paywell's ledger after Close: %+v, want its late approval voided", txs)
+	if txs := sims["paywell"].Ledger().Transactions(); len(txs) != 1 || txs[0].Status != sim.StatusCaptured {
+		t.Errorf("paywell's ledger after Close: %+v, want its sale captured", txs)
+	}
+	if txs := sims["ding"].Ledger().Transactions(); len(txs) != 1 || txs[0].Status != sim.StatusVoided {
+		t.Errorf("ding's ledger after Close: %+v, want the hedge's authorization voided", txs)
 	}
 	svc.Close() // a second Close does nothing
 }

@@ -46,9 +46,9 @@ func newCharge(id string, status payrouter.ChargeStatus, created time.Time) *pay
 		ChangingSince:    created.Add(100 * time.Millisecond),
 		Attempts: []payrouter.Attempt{
 			{Gateway: "paywell", Outcome: payrouter.OutcomeTimeout, Duration: 3 * time.Second,
-				Reference: payrouter.AttemptReference(id, 1), Resolved: payrouter.TxNotFound},
+				Reference: payrouter.AttemptReference(id, 1), Resolved: payrouter.TxNotFound, Sale: true, Voided: true},
 			{Gateway: "ding", Outcome: payrouter.OutcomeSucceeded, Duration: 212 * time.Millisecond,
-				Reference: payrouter.AttemptReference(id, 2)},
+				Reference: payrouter.AttemptReference(id, 2), Hedge: true},
 		},
 		CreatedAt: created,
 		UpdatedAt: created.Add(250 * time.Millisecond),

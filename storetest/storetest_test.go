@@ -48,3 +48,30 @@ func TestDiffCharge(t *testing.T) {
 		})
 	}
 }
+
+// TestDiffChargeAttempts: every field of an Attempt counts too, and newCharge sets each in one
+// of its attempts (Sale, Hedge and Voided tell a hedged charge's settlement where the money is).
+func TestDiffChargeAttempts(t *testing.T) {
+	want := newCharge("ch_1", payrouter.StatusSucceeded, base)
+	typ := reflect.TypeFor[payrouter.Attempt]()
+	for i := range typ.NumField() {
+		field := typ.Field(i)
+		t.Run(field.Name, func(t *testing.T) {
+			got := newCharge("ch_1", payrouter.StatusSucceeded, base)
+			set := false
+			for j := range got.Attempts {
+				v := reflect.ValueOf(&got.Attempts[j]).Elem().Field(i)
+				if !v.IsZero() {
+					set = true
+					v.SetZero()
+				}
+			}
+			if !set {
+				t.Fatalf("newCharge sets %s in none of its attempts, so the suite cannot tell whether a store keeps it", field.Name)
+			}
+			if d := diffCharge(got, want); d == "" {
+				t.Fatalf("a charge with an attempt's %s changed compares equal", field.Name)
+			}
+		})
+	}
+}
