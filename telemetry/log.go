@@ -26,13 +26,43 @@ func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
 
 // NewSinkLogger is NewLogger writing through s, serve's logger: no request waits for a write,
 // and audit lines go through s.Audit(), so that a full queue makes them wait for room rather than
-// drop them at once (LogSink).
-func NewSinkLogger(s *LogSink, level slog.Leveler) *slog.Logger {
+// drop them at once (LogSink). Every line ends with "instance": instance, the process's name
+// among its fleet (none when ""): last, after the trace ids, so that a line reads as it did
+// before, its message followed by its own fields.
+func NewSinkLogger(s *LogSink, level slog.Leveler, instance string) *slog.Logger {
+	last := func(h slog.Handler) slog.Handler {
+		if instance == "" {
+			return h
+		}
+		return instanceHandler{h, slog.String("instance", instance)}
+	}
 	return slog.New(levelHandler{
-		Handler: traceHandler{slog.NewJSONHandler(s, jsonOptions)},
-		audit:   traceHandler{slog.NewJSONHandler(s.Audit(), jsonOptions)},
+		Handler: traceHandler{last(slog.NewJSONHandler(s, jsonOptions))},
+		audit:   traceHandler{last(slog.NewJSONHandler(s.Audit(), jsonOptions))},
 		level:   level,
 	})
+}
+
+// instanceHandler adds the instance's name to each record, after its other fields.
+type instanceHandler struct {
+	slog.Handler
+	instance slog.Attr
+}
+
+// Handle implements slog.Handler.
+func (h instanceHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.AddAttrs(h.instance)
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler: the name is still added.
+func (h instanceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return instanceHandler{h.Handler.WithAttrs(attrs), h.instance}
+}
+
+// WithGroup implements slog.Handler: the name is still added (inside the group).
+func (h instanceHandler) WithGroup(name string) slog.Handler {
+	return instanceHandler{h.Handler.WithGroup(name), h.instance}
 }
 
 // jsonOptions let every record through: levelHandler decides.

@@ -51,7 +51,7 @@ func (w *gatedWriter) lines() []map[string]any {
 func TestLogSinkWritesEveryLineByClose(t *testing.T) {
 	w := &gatedWriter{}
 	sink := NewLogSink(w, LogSinkOptions{})
-	log := NewSinkLogger(sink, slog.LevelInfo)
+	log := NewSinkLogger(sink, slog.LevelInfo, "")
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -97,7 +97,7 @@ func TestLogSinkSlowDestination(t *testing.T) {
 		m := NewMetrics()
 		sink := NewLogSink(w, LogSinkOptions{QueueBytes: 1000, AuditWait: time.Second})
 		m.WatchLogSink(sink)
-		log := NewSinkLogger(sink, slog.LevelInfo)
+		log := NewSinkLogger(sink, slog.LevelInfo, "")
 
 		log.Info("first") // taken by the writer, which now waits at the gate
 		synctest.Wait()
@@ -178,7 +178,7 @@ func TestLogSinkSlowDestination(t *testing.T) {
 func TestLogSinkLongLine(t *testing.T) {
 	w := &gatedWriter{}
 	sink := NewLogSink(w, LogSinkOptions{QueueBytes: 100})
-	log := NewSinkLogger(sink, slog.LevelInfo)
+	log := NewSinkLogger(sink, slog.LevelInfo, "")
 	log.Info("long", "text", strings.Repeat("x", 500))
 	sink.Close()
 	if got := w.lines(); len(got) != 1 || got[0]["msg"] != "long" {
@@ -191,7 +191,7 @@ func TestLogSinkLongLine(t *testing.T) {
 func TestSinkLoggerLevels(t *testing.T) {
 	w := &gatedWriter{}
 	sink := NewLogSink(w, LogSinkOptions{})
-	log := NewSinkLogger(sink, slog.LevelError).With("instance", "a")
+	log := NewSinkLogger(sink, slog.LevelError, "a")
 	log.InfoContext(context.Background(), "quiet")
 	log.Info(AuditMessage, "action", "charge")
 	log.Error("loud")
@@ -224,4 +224,27 @@ func droppedMetric(t *testing.T, m *Metrics, kind string) float64 {
 	}
 	t.Fatalf("payrouter_log_lines_dropped_total{kind=%q} not exported", kind)
 	return 0
+}
+
+// TestInstanceIsLast: the instance's name ends every line, after the trace ids, so that a line
+// reads as it did without it: its message, then its own fields in the order they were given.
+func TestInstanceIsLast(t *testing.T) {
+	var buf bytes.Buffer
+	sink := NewLogSink(&buf, LogSinkOptions{})
+	log := NewSinkLogger(sink, slog.LevelInfo, "host/serve/7").With("listener", "admin_listen")
+	log.Warn("tls.handshake_failed", "err", "no certificate")
+	log.Info(AuditMessage, "action", "reload")
+	sink.Close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2: %q", len(lines), buf.String())
+	}
+	for i, want := range []string{
+		`"msg":"tls.handshake_failed","listener":"admin_listen","err":"no certificate","instance":"host/serve/7"}`,
+		`"msg":"audit","listener":"admin_listen","action":"reload","instance":"host/serve/7"}`,
+	} {
+		if !strings.HasSuffix(lines[i], want) {
+			t.Errorf("line %d: %s\nwant it to end %s", i+1, lines[i], want)
+		}
+	}
 }

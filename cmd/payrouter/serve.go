@@ -94,7 +94,7 @@ func probe(ctx context.Context, args []string, getenv func(string) string, _, st
 	}
 	sink := telemetry.NewLogSink(stderr, telemetry.LogSinkOptions{})
 	defer sink.Close() // last: every line, the shutdown's included, is written before exit
-	log := telemetry.NewSinkLogger(sink, level).With("instance", service.InstanceName(service.Probe))
+	log := telemetry.NewSinkLogger(sink, level, service.InstanceName(service.Probe))
 	svc, err := service.New(ctx, cfg, service.Options{Role: service.Probe, Path: *path, Getenv: getenv, Log: log, LogSink: sink})
 	if err != nil {
 		return exitCodeOf(err)
@@ -123,7 +123,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, _, st
 	// last: every line, the shutdown's and the tracing flush's included, is written before exit.
 	sink := telemetry.NewLogSink(stderr, telemetry.LogSinkOptions{})
 	defer sink.Close()
-	log := telemetry.NewSinkLogger(sink, level).With("instance", service.InstanceName(service.Serve))
+	log := telemetry.NewSinkLogger(sink, level, service.InstanceName(service.Serve))
 	shutdownTracing, err := telemetry.SetupTracing(ctx, getenv, telemetry.BuildVersion())
 	if err != nil {
 		return &exitError{code: 2, err: err}
