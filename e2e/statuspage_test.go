@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -33,8 +34,9 @@ const pageDeadline = 8 * time.Second
 //     and is not kept. The right one shows a row for every breaker GET /admin/breakers lists,
 //     in its order and states; the token is in the tab's sessionStorage, not in the URL nor in
 //     localStorage.
-//   - Force open on paywell/charge: the row shows it open and forced, the JSON API agrees, and a
-//     charge passes paywell without calling it.
+//   - Every button asks for confirmation naming its breaker. Force open on paywell/charge,
+//     cancelled: nothing is sent, the row says so. Confirmed: the row shows it open and forced,
+//     the JSON API agrees, and a charge passes paywell without calling it.
 //   - ding fails for real: three charges open ding/charge, and the page shows it open with its
 //     open_until and a countdown by itself, with no click (the 2-second refresh). A full-page
 //     screenshot is taken then, with two breakers not closed.
@@ -98,7 +100,21 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("the closed badge has no background colour (%q): is the page's <style> blocked by its CSP?", v.ClosedBadgeColour)
 	}
 
-	// Force open paywell/charge.
+	// Force open paywell/charge: asked to confirm, Cancel sends nothing; OK forces it.
+	p.mu.Lock()
+	p.refuse = true
+	p.mu.Unlock()
+	p.click("paywell/charge", "force-open")
+	p.waitFor("force-open cancelled on paywell/charge", func(v pageView) bool {
+		return strings.Contains(v.row("paywell/charge").Result, "cancelled")
+	})
+	if b := pr.breaker(t, "paywell/charge"); b.State != "closed" || b.Forced != nil {
+		t.Errorf("after force-open cancelled on the page, GET /admin/breakers shows %s forced %v; want closed, not forced", b, b.Forced)
+	}
+	p.mu.Lock()
+	t.Logf("the page asked: %q", p.asked[len(p.asked)-1])
+	p.refuse = false
+	p.mu.Unlock()
 	p.click("paywell/charge", "force-open")
 	v = p.waitFor("paywell/charge shown open and forced open", func(v pageView) bool {
 		r := v.row("paywell/charge")
@@ -219,6 +235,10 @@ type browserPage struct {
 	out     *output // the browser's own output, shown when the test fails
 	mu      sync.Mutex
 	console []chromedp.ConsoleMessage
+	// asked are the questions of the confirmation dialogs the page opened, in order; each is
+	// answered OK, or Cancel while refuse is set, as an operator would.
+	asked  []string
+	refuse bool
 }
 
 // openBrowser starts chromium headless with a fresh profile in t.TempDir(); t.Cleanup closes it.
@@ -272,6 +292,21 @@ func openBrowser(t *testing.T, chromium string) *browserPage {
 			p.mu.Unlock()
 		}
 	}()
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return // the tab closed
+			}
+			p.mu.Lock()
+			p.asked = append(p.asked, ev.Message)
+			accept := !p.refuse
+			p.mu.Unlock()
+			if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept}); err != nil {
+				return
+			}
+		}
+	}()
 	return p
 }
 
@@ -299,11 +334,23 @@ func (p *browserPage) typeToken(token string) {
 		chromedp.Click(chromedp.ID("token-submit")))
 }
 
-// click presses one of a breaker's buttons: force-open, force-close or reset.
+// click presses one of a breaker's buttons: force-open, force-close or reset, and answers the
+// confirmation the page asks (OK, or Cancel with p.refuse), which must name the breaker.
 func (p *browserPage) click(breaker, action string) {
 	p.t.Helper()
+	p.mu.Lock()
+	before := len(p.asked)
+	p.mu.Unlock()
 	sel := fmt.Sprintf(`#breaker-rows tr[data-breaker=%q] button[data-action=%q]`, breaker, action)
 	p.do("clicking "+action+" on "+breaker, chromedp.WaitEnabled(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+	eventually(p.t, pageDeadline, action+" on "+breaker+" asks for confirmation", func() (bool, string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.asked) != before+1 {
+			return false, fmt.Sprintf("%d dialog(s) since the click", len(p.asked)-before)
+		}
+		return strings.Contains(p.asked[before], breaker), fmt.Sprintf("asked %q", p.asked[before])
+	})
 }
 
 // pageView is what the page shows, read from the DOM.

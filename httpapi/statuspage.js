@@ -17,10 +17,15 @@
   const REFRESH_MS = 2000;
   const TIMEOUT_MS = 5000; // a listener that does not answer in this long counts as unreachable
   const TOKEN_KEY = 'payrouter.admin_token';
+  // Each action asks first (a click at 3 a.m. can refuse every charge at a gateway, or let a
+  // failing one hold every slot), saying what it does to the breaker named.
   const ACTIONS = [
-    { action: 'force-open', label: 'Force open', done: 'Forced open' },
-    { action: 'force-close', label: 'Force close', done: 'Forced closed' },
-    { action: 'reset', label: 'Reset', done: 'Reset' },
+    { action: 'force-open', label: 'Force open', done: 'Forced open',
+      ask: function (n) { return 'Force ' + n + ' open?\n\nEvery call to it is refused, on every instance sharing the state store, until Reset.'; } },
+    { action: 'force-close', label: 'Force close', done: 'Forced closed',
+      ask: function (n) { return 'Force ' + n + ' closed?\n\nNothing can trip it until Reset: if the gateway fails, every call waits for its timeout and holds a slot.'; } },
+    { action: 'reset', label: 'Reset', done: 'Reset',
+      ask: function (n) { return 'Reset ' + n + '?\n\nIts counts are cleared and any forcing removed: it runs by its own rules again.'; } },
   ];
   // Each state has its own colour (CSS .state-*) and its own words and symbol, so that it reads
   // the same without colour.
@@ -437,6 +442,10 @@
   }
 
   async function act(tr, a) {
+    if (!window.confirm(a.ask(tr.dataset.breaker))) {
+      setResult(tr, 'warn', a.label + ': cancelled, nothing sent');
+      return;
+    }
     const buttons = tr.querySelectorAll('button');
     buttons.forEach(function (b) { b.disabled = true; });
     setResult(tr, 'pending', a.label + ': sending\u2026');
