@@ -55,7 +55,7 @@
 //	                              commands per charge, and each instance's connections, the
 //	                              figures docs/postgresql.md reads a fleet of twenty from
 //
-// (a) and (b) end with a "goal" line: the ratios their goals are stated in, beside the goals.
+// (a), (b), (c) and (g) end with a "goal" line: the ratios their goals are stated in, beside the goals.
 // The in-process figures with goals are printed by resilience's TestBenchGuardGoals (Guard.Do
 // admitted and refused) and httpapi's TestBenchChargeGoals (one charge's allocations), which
 // `make bench` runs too.
