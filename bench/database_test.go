@@ -52,12 +52,7 @@ func TestBenchDatabaseHealthyPath(t *testing.T) {
 	tab := newTable(t.Output(), "(c) healthy path on the database store: POST /charge through payrouter with state.database_url (pgtest's PostgreSQL, on this machine) vs the same payrouter keeping its state in memory", true)
 	var rates []string
 	for _, workers := range concurrencies {
-		base, subject := NewLoad(memory, workers), NewLoad(database, workers)
-		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
-		base.Close()
-		subject.Close()
-		checkSamples(t, memory, append(c.Base, c.WarmBase)...)
-		checkSamples(t, database, append(c.Subject, c.WarmSubject)...)
+		c := compareAt(t, memory, database, workers)
 		sent += Merge(append(append(append(c.Base, c.Subject...), c.WarmBase), c.WarmSubject)...).Requests
 		sentDatabase += Merge(append(c.Subject, c.WarmSubject)...).Requests
 		tab.add(workers, "memory", "database", c)
@@ -118,12 +113,7 @@ func TestBenchDatabaseTuning(t *testing.T) {
 
 	tab := newTable(t.Output(), fmt.Sprintf("healthy path on the database store: the same payrouter with %s in its database URL vs with the defaults, on one PostgreSQL (%s)", params, counter.durability(t)), true)
 	for _, workers := range concurrencies {
-		base, subject := NewLoad(defaults, workers), NewLoad(tuned, workers)
-		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
-		base.Close()
-		subject.Close()
-		checkSamples(t, defaults, append(c.Base, c.WarmBase)...)
-		checkSamples(t, tuned, append(c.Subject, c.WarmSubject)...)
+		c := compareAt(t, defaults, tuned, workers)
 		tab.add(workers, "defaults", "tuned", c)
 	}
 	tab.flush()
@@ -324,12 +314,7 @@ func TestBenchFastFailDatabase(t *testing.T) {
 		len(gatewayNames)), true)
 	var rates []string
 	for _, workers := range concurrencies {
-		base, subject := NewLoad(memory, workers), NewLoad(database, workers)
-		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
-		base.Close()
-		subject.Close()
-		checkSamples(t, memory, append(c.Base, c.WarmBase)...)
-		checkSamples(t, database, append(c.Subject, c.WarmSubject)...)
+		c := compareAt(t, memory, database, workers)
 		tab.add(workers, "memory", "database", c)
 		rates = append(rates, fmt.Sprintf("%.2fx with %s", Merge(c.Subject...).Rate()/Merge(c.Base...).Rate(), workersText(workers)))
 	}

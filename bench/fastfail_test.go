@@ -51,12 +51,7 @@ func TestBenchFastFail(t *testing.T) {
 		len(gatewayNames), len(body)), false)
 	var measured []string
 	for _, workers := range concurrencies {
-		base, subject := NewLoad(bare, workers), NewLoad(router, workers)
-		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
-		base.Close()
-		subject.Close()
-		checkSamples(t, bare, append(c.Base, c.WarmBase)...)
-		checkSamples(t, router, append(c.Subject, c.WarmSubject)...)
+		c := compareAt(t, bare, router, workers)
 		tab.add(workers, "bare503", "payrouter", c)
 		b, s := Merge(c.Base...), Merge(c.Subject...)
 		measured = append(measured, fmt.Sprintf("%.2fx with %s (p99 %.2fx)", s.Rate()/b.Rate(), workersText(workers), ratio(s.Quantile(0.99), b.Quantile(0.99))))

@@ -48,13 +48,8 @@ func TestBenchHealthyPath(t *testing.T) {
 	tab := newTable(t.Output(), "(b) healthy path: POST /charge through payrouter to the paywell simulator vs the simulator's POST /v1/charges directly", true)
 	var measured []string
 	for _, workers := range concurrencies {
-		base, subject := NewLoad(direct, workers), NewLoad(router, workers)
-		c := Alternate(t.Context(), base, subject, warmUp, roundTime, pairs)
-		base.Close()
-		subject.Close()
+		c := compareAt(t, direct, router, workers)
 		all := append(append(append(c.Base, c.Subject...), c.WarmBase), c.WarmSubject)
-		checkSamples(t, direct, append(c.Base, c.WarmBase)...)
-		checkSamples(t, router, append(c.Subject, c.WarmSubject)...)
 		sent += Merge(all...).Requests
 		tab.add(workers, "paywell direct", "payrouter", c)
 		b, p := Merge(c.Base...), Merge(c.Subject...)

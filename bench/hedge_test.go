@@ -61,12 +61,7 @@ func TestBenchHedge(t *testing.T) {
 			hedgesBefore := len(hedged.ledger(t, "ding")) // ding is only ever called as a hedge
 			voidsBefore := hedged.voided(t)
 			hedgeCapturesBefore := hedged.inState(t, "ding", "captured")
-			b, s := NewLoad(base, workers), NewLoad(subject, workers)
-			c := Alternate(t.Context(), b, s, warmUp, roundTime, pairs)
-			b.Close()
-			s.Close()
-			checkSamples(t, base, append(c.Base, c.WarmBase)...)
-			checkSamples(t, subject, append(c.Subject, c.WarmSubject)...)
+			c := compareAt(t, base, subject, workers)
 			tab.add(workers, base.Name, subject.Name, c)
 			tab.flush()
 

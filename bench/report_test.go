@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"testing"
 	"text/tabwriter"
 	"time"
 )
@@ -101,4 +102,17 @@ func workersText(n int) string {
 		return "1 worker"
 	}
 	return strconv.Itoa(n) + " workers"
+}
+
+// compareAt runs subject against base with workers each, A/B alternated (Alternate), and checks
+// every sample of both (checkSamples): one row of a report's table.
+func compareAt(t *testing.T, base, subject Target, workers int) Comparison {
+	t.Helper()
+	b, s := NewLoad(base, workers), NewLoad(subject, workers)
+	c := Alternate(t.Context(), b, s, warmUp, roundTime, pairs)
+	b.Close()
+	s.Close()
+	checkSamples(t, base, append(c.Base, c.WarmBase)...)
+	checkSamples(t, subject, append(c.Subject, c.WarmSubject)...)
+	return c
 }

@@ -61,12 +61,7 @@ func TestBenchScale(t *testing.T) {
 	}
 	var table []scaleRow
 	measure := func(t *testing.T, measure, small, large string, base, subject Target) {
-		b, sj := NewLoad(base, scaleWorkers), NewLoad(subject, scaleWorkers)
-		c := Alternate(t.Context(), b, sj, warmUp, roundTime, pairs)
-		b.Close()
-		sj.Close()
-		checkSamples(t, base, append(c.Base, c.WarmBase)...)
-		checkSamples(t, subject, append(c.Subject, c.WarmSubject)...)
+		c := compareAt(t, base, subject, scaleWorkers)
 		table = append(table, scaleRow{measure, small, large, c})
 	}
 
